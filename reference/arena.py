@@ -1,0 +1,595 @@
+"""§Operations: the unified arena (spec/arena.md §Operations).
+
+One byte range ``[0, capacity)``; bands in chain order (low end, floats, high
+end); virtual page ids bound to physical slots; owners (requests, the prefix
+cache) holding virtual pages with reference counts; a ledger of users that hold
+physical addresses.  Every operation validates everything first and mutates
+only once it cannot fail, so a raised ``ArenaError`` leaves the state
+bit-identical.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from kvarena.reference.bands import Band, BandView, Role
+from kvarena.reference.ladder import Placement, ceil_div, place, plan_compaction, plan_float_relayout
+from kvarena.spec.errors import (
+    AdmissionRejectedError,
+    CapacityTooSmallError,
+    DoubleFreeError,
+    DuplicateOwnerError,
+    DuplicateUserError,
+    InvalidArgumentError,
+    ReleaseWithoutAcquireError,
+    UnknownOwnerError,
+    UnknownPageError,
+)
+from kvarena.spec.layout import Kind, entries_per_page, entry_layout
+from kvarena.spec.models import ArenaConfig, chain, worst_case_demand
+from kvarena.spec.types import Mode, Move, Plan, Rung, UserKind
+
+PhysPage = tuple[str, int]  # (class name, slot on the class's page grid)
+
+
+@dataclass(frozen=True)
+class Hold:
+    """One page a ledger user holds: where it was when acquired, and which allocation it was."""
+
+    cls: str
+    slot: int
+    vid: int
+    gen: int
+
+
+@dataclass
+class User:
+    kind: UserKind
+    holds: tuple[Hold, ...]
+
+    @property
+    def mode(self) -> Mode:
+        return self.kind.mode
+
+
+@dataclass(frozen=True)
+class Admission:
+    """What admit / extend returns: the new virtual pages per class and the plan that placed them."""
+
+    pages: dict[str, tuple[int, ...]]
+    plan: Plan
+
+
+@dataclass
+class Stats:
+    admitted: int = 0
+    pages_placed: int = 0
+    moves: dict[int, int] = field(default_factory=lambda: {1: 0, 2: 0, 3: 0})
+    bytes_moved: dict[int, int] = field(default_factory=lambda: {1: 0, 2: 0, 3: 0})
+    rung_used: dict[int, int] = field(default_factory=lambda: {0: 0, 1: 0, 2: 0, 3: 0})
+
+
+class Arena:
+    """The reference allocator.  Deterministic: same state and operation, same result."""
+
+    ANCHORED_ENDS = True  # the end bands sit on the arena's ends (False for the split baseline)
+
+    def __init__(self, config: ArenaConfig) -> None:
+        config.validate()
+        self.config = config
+        self.capacity = config.capacity
+        self.classes = {c.name: c for c in config.model.classes}
+        self.layouts = {n: entry_layout(c) for n, c in self.classes.items()}
+        order = chain(config.model)
+        self.bands: dict[str, Band] = {}
+        for i, c in enumerate(order):
+            role = Role.LOW if i == 0 else Role.HIGH if i == len(order) - 1 else Role.FLOAT
+            self.bands[c.name] = Band(c.name, role, config.page_bytes(c.name), config.capacity)
+        self.order = [c.name for c in order]
+        self.hints = self._float_hints()
+        # virtual pages
+        self.v2p: dict[int, PhysPage] = {}
+        self.gen: dict[int, int] = {}  # vid -> allocation serial (tells a moved page from a reused id)
+        self._next_vid = 0
+        self._free_vids: list[int] = []
+        self._next_gen = 0
+        # owners
+        self.owners: dict[str, dict[str, list[int]]] = {}
+        self.refs: Counter[int] = Counter()
+        # ledger
+        self.users: dict[str, User] = {}
+        self.readers: Counter[PhysPage] = Counter()
+        self.writers: Counter[PhysPage] = Counter()
+        # data: content tags per physical page, {(entry, row): tag}
+        self.content: dict[PhysPage, dict[tuple[int, int], int]] = {}
+        self.stats = Stats()
+        self._check_floor()
+
+    # =========================================================================================
+    # Construction helpers
+
+    def _float_hints(self) -> dict[str, int]:
+        """Where an empty float starts: the byte where the split-pool layout would put it."""
+        from kvarena.reference.split import split_regions  # sizing shared with the baseline
+
+        return {name: lo for name, (lo, _hi) in split_regions(self.config).items()
+                if self.bands[name].role is Role.FLOAT}
+
+    def _check_floor(self) -> None:
+        worst = worst_case_demand(self.config)
+        fit = place([BandView.of(b) for b in self._chain()], worst, self.hints)
+        if not fit.ok:
+            need = sum(n * self.bands[c].page_bytes for c, n in worst.items())
+            raise CapacityTooSmallError(
+                f"the arena of {self.capacity} B cannot hold one worst-case request of "
+                f"{self.config.context_len} tokens ({need} B: {worst}); raise capacity to at least "
+                f"{need + max(b.page_bytes for b in self.bands.values())} B or lower max_context_len")
+
+    def _chain(self) -> list[Band]:
+        return [self.bands[n] for n in self.order]
+
+    # =========================================================================================
+    # Validation helpers (raise before anything mutates)
+
+    def _check_demand(self, demand: Mapping[str, int]) -> dict[str, int]:
+        if not isinstance(demand, Mapping):
+            raise InvalidArgumentError(f"demand must be a mapping class -> pages, got {type(demand).__name__}")
+        out: dict[str, int] = {}
+        for cls, n in demand.items():
+            if cls not in self.bands:
+                raise InvalidArgumentError(f"demand names class {cls!r}; this model has {self.order}")
+            if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+                raise InvalidArgumentError(f"demand for {cls!r} must be an int >= 0 pages, got {n!r}")
+            band = self.bands[cls]
+            if n > band.top:
+                raise InvalidArgumentError(
+                    f"demand of {n} {cls!r} pages exceeds the {band.top} pages the whole arena holds; "
+                    "split the request or raise capacity")
+            if n:
+                out[cls] = n
+        total = sum(n * self.bands[c].page_bytes for c, n in out.items())
+        if total > self.capacity:
+            raise InvalidArgumentError(f"demand of {total} B exceeds the arena's {self.capacity} B; "
+                                       "it can never fit")
+        return out
+
+    def _check_vids(self, vids: Sequence[int], what: str) -> list[int]:
+        vids = list(vids)
+        if len(set(vids)) != len(vids):
+            raise InvalidArgumentError(f"{what}: duplicate virtual page ids {sorted(vids)}; name each page once")
+        for v in vids:
+            if v not in self.v2p:
+                raise UnknownPageError(f"{what}: virtual page {v} is not bound (never allocated or already "
+                                       "freed); pass only pages returned by admit/extend and still owned")
+        return vids
+
+    def _owner(self, owner: str) -> dict[str, list[int]]:
+        try:
+            return self.owners[owner]
+        except KeyError:
+            raise UnknownOwnerError(f"owner {owner!r} holds no pages; admit it first "
+                                    f"(known owners: {len(self.owners)})") from None
+
+    # =========================================================================================
+    # Admission: admit / extend
+
+    def admit(self, owner: str, demand: Mapping[str, int], shared: Sequence[int] = ()) -> Admission:
+        """Register ``owner`` with new pages per ``demand`` plus existing ``shared`` pages (prefix hit)."""
+        if owner in self.owners:
+            raise DuplicateOwnerError(f"owner {owner!r} already holds pages; use extend() to grow it")
+        d = self._check_demand(demand)
+        shared = self._check_vids(shared, f"admit({owner!r}) shared")
+        plan = self.plan_admission(d)
+        pages = self._apply(plan)
+        held: dict[str, list[int]] = {c: [] for c in self.order}
+        for v in shared:
+            held[self.v2p[v][0]].append(v)
+            self.refs[v] += 1
+        for c, vs in pages.items():
+            held[c].extend(vs)
+            for v in vs:
+                self.refs[v] += 1
+        self.owners[owner] = held
+        self.stats.admitted += 1
+        return Admission({c: tuple(vs) for c, vs in pages.items()}, plan)
+
+    def extend(self, owner: str, demand: Mapping[str, int]) -> Admission:
+        """More pages for an existing owner (decode growth)."""
+        held = self._owner(owner)
+        d = self._check_demand(demand)
+        plan = self.plan_admission(d)
+        pages = self._apply(plan)
+        for c, vs in pages.items():
+            held[c].extend(vs)
+            for v in vs:
+                self.refs[v] += 1
+        return Admission({c: tuple(vs) for c, vs in pages.items()}, plan)
+
+    def plan_admission(self, demand: Mapping[str, int]) -> Plan:
+        """The ladder (read-only). Raises AdmissionRejectedError with the shortfall if no rung fits."""
+        demand = {c: n for c, n in demand.items() if n}
+        if not demand:
+            return Plan(Rung.NONE)
+        views = [BandView.of(b) for b in self._chain()]
+        fit = place(views, demand, self.hints)
+        if fit.ok:
+            return self._plan(Rung.REUSE, [], fit)
+
+        moves2, views = self._plan_compact_ends(views, budget=None)
+        if moves2:
+            fit = place(views, demand, self.hints)
+            if fit.ok:
+                return self._plan(Rung.COMPACT, moves2, fit)
+
+        relayout = self._plan_relayout(views, demand)
+        if relayout is not None:
+            moves3, views3, spans = relayout
+            fit3 = place(views3, demand, self.hints)
+            if fit3.ok:
+                return self._plan(Rung.RELAYOUT, moves2, fit3, moves3, spans)
+            fit = fit3
+        raise self._rejection(demand, fit)
+
+    def _rejection(self, demand: Mapping[str, int], fit: Placement) -> AdmissionRejectedError:
+        short = {c: n for c, n in fit.shortfall.items() if n}
+        nbytes = sum(n * self.bands[c].page_bytes for c, n in short.items())
+        return AdmissionRejectedError(
+            f"no rung of the ladder fits {dict(demand)}: short {short} pages ({nbytes} B) after "
+            "compaction and relayout; evict cache-only pages (drop) or retract a request, then retry",
+            short, nbytes)
+
+    def _plan(self, rung: Rung, moves2: list[Move], fit: Placement, moves3: Sequence[Move] = (),
+              spans: Mapping[str, tuple[int, int]] | None = None) -> Plan:
+        bytes_moved = {}
+        if moves2:
+            bytes_moved[2] = sum(self.bands[m.cls].page_bytes for m in moves2)
+        if moves3:
+            bytes_moved[3] = sum(self.bands[m.cls].page_bytes for m in moves3)
+        return Plan(rung, tuple(moves2) + tuple(moves3),
+                    {c: tuple(s) for c, s in fit.slots.items() if s}, bytes_moved, dict(spans or {}))
+
+    # -- rung 2 / rung 3 planning over views ----------------------------------------------------
+
+    def _movable(self, cls: str):
+        return lambda s: self.writers[(cls, s)] == 0
+
+    def _has_readers(self, cls: str):
+        return lambda s: self.readers[(cls, s)] > 0
+
+    def _plan_compact_ends(self, views: list[BandView], budget: int | None) -> tuple[list[Move], list[BandView]]:
+        moves: list[Move] = []
+        views = list(views)
+        for i in (0, len(views) - 1):
+            band = self.bands[views[i].name]
+            left = None if budget is None else budget - len(moves)
+            comp = plan_compaction(band, self._movable(band.name), self._has_readers(band.name), left)
+            moves.extend(Move(band.name, s, d) for s, d in comp.moves)
+            views[i] = comp.view
+        return moves, views
+
+    def _plan_relayout(self, views: list[BandView], demand: Mapping[str, int]):
+        """Rung 3: float bands move within the room the compacted ends leave them."""
+        floats = [i for i in range(1, len(views) - 1)
+                  if not views[i].empty or demand.get(views[i].name, 0)]
+        if not floats:
+            return None
+        low, high = views[0], views[-1]
+        a = max(0, demand.get(low.name, 0) - low.hole_count) * low.page_bytes
+        b = max(0, demand.get(high.name, 0) - high.hole_count) * high.page_bytes
+        win_lo = low.hi_byte + a
+        views = list(views)
+        moves: list[Move] = []
+        spans: dict[str, tuple[int, int]] = {}
+        for k, i in enumerate(floats):
+            band = self.bands[views[i].name]
+            nxt = next((views[j] for j in floats[k + 1:] if not views[j].empty), None)
+            win_hi = nxt.lo_byte if nxt is not None else high.lo_byte - b
+            if win_hi < win_lo:
+                return None
+            obstacles = sorted(band.withheld | {s for s in band.live if self._in_use((band.name, s))})
+            r = plan_float_relayout(band, win_lo, win_hi, demand.get(band.name, 0),
+                                    self.hints.get(band.name, 0), obstacles)
+            if r is None:
+                return None
+            moves.extend(Move(band.name, s, d) for s, d in r.moves)
+            views[i] = r.view
+            spans[band.name] = r.span
+            win_lo = r.span[1] * band.page_bytes if r.span[1] > r.span[0] else win_lo
+        return moves, views, spans
+
+    def _in_use(self, page: PhysPage) -> bool:
+        return self.readers[page] > 0 or self.writers[page] > 0
+
+    # =========================================================================================
+    # Applying a plan (the only place pages are placed and moved)
+
+    def _apply(self, plan: Plan) -> dict[str, list[int]]:
+        spans = plan.spans
+        rung3 = {m for m in plan.moves if m.cls in spans}
+        for m in plan.moves:
+            if m not in rung3:
+                self._move(m)
+        for b in (self.bands[self.order[0]], self.bands[self.order[-1]]):
+            b.absorb_boundary_holes()
+        for cls, (t, t_end) in spans.items():
+            self._retarget_float(self.bands[cls], t, t_end, [m for m in plan.moves if m.cls == cls])
+        for m in plan.moves:
+            rung = 3 if m in rung3 else 2
+            self.stats.moves[rung] += 1
+            self.stats.bytes_moved[rung] += self.bands[m.cls].page_bytes
+        pages: dict[str, list[int]] = {}
+        for cls in self.order:
+            slots = plan.placements.get(cls, ())
+            if slots:
+                pages[cls] = [self._bind_new(self.bands[cls], s) for s in slots]
+        for b in self._chain():
+            b.absorb_boundary_holes()
+        self.stats.rung_used[int(plan.rung)] += 1
+        self.stats.pages_placed += sum(len(v) for v in pages.values())
+        return pages
+
+    def _retarget_float(self, band: Band, t: int, t_end: int, moves: list[Move]) -> None:
+        """Set a float's span to [t, t_end): new slots start as holes, its pages outside move in."""
+        if t_end <= t:
+            return
+        if band.empty:
+            band.lo, band.hi = t, t
+        for s in range(t, min(t_end, band.lo)):
+            band.holes.add(s)
+        for s in range(max(t, band.hi), t_end):
+            band.holes.add(s)
+        band.lo, band.hi = min(band.lo, t), max(band.hi, t_end)
+        for m in moves:
+            self._move(m)
+        for s in list(band.holes.irange(band.lo, t - 1)) + list(band.holes.irange(t_end, band.hi - 1)):
+            band.holes.remove(s)
+        band.lo, band.hi = t, t_end
+
+    def _move(self, m: Move) -> None:
+        band = self.bands[m.cls]
+        vid = band.live.pop(m.src)
+        band.holes.remove(m.dst)
+        band.live[m.dst] = vid
+        self.v2p[vid] = (m.cls, m.dst)
+        data = self.content.pop((m.cls, m.src), None)
+        if data is not None:
+            self.content[(m.cls, m.dst)] = data
+        self._vacate(band, m.src)
+
+    def _vacate(self, band: Band, slot: int) -> None:
+        """A slot whose page left: withheld while a ledger user still holds it, else a hole."""
+        if self._in_use((band.name, slot)):
+            band.withheld.add(slot)
+        else:
+            band.holes.add(slot)
+
+    def _bind_new(self, band: Band, slot: int) -> int:
+        if band.in_span(slot):
+            band.holes.remove(slot)
+        else:
+            band.extend_to(slot)
+        vid = heapq.heappop(self._free_vids) if self._free_vids else self._new_vid()
+        band.live[slot] = vid
+        self.v2p[vid] = (band.name, slot)
+        self.gen[vid] = self._next_gen
+        self._next_gen += 1
+        self.content.pop((band.name, slot), None)
+        return vid
+
+    def _new_vid(self) -> int:
+        self._next_vid += 1
+        return self._next_vid - 1
+
+    # =========================================================================================
+    # Ownership: share / drop / slide / free
+
+    def share(self, owner: str, vids: Sequence[int]) -> None:
+        """``owner`` (e.g. the prefix cache) also holds ``vids``; creates the owner if new."""
+        vids = self._check_vids(vids, f"share({owner!r})")
+        held = self.owners.get(owner)
+        if held is not None:
+            dup = [v for v in vids if v in set().union(*map(set, held.values()))]
+            if dup:
+                raise InvalidArgumentError(f"share({owner!r}): already holds {dup}; an owner holds a page once")
+        else:
+            held = {c: [] for c in self.order}
+            self.owners[owner] = held
+        for v in vids:
+            held[self.v2p[v][0]].append(v)
+            self.refs[v] += 1
+
+    def drop(self, owner: str, vids: Sequence[int]) -> list[int]:
+        """``owner`` lets go of ``vids``; pages whose last owner let go are freed. Returns those."""
+        held = self._owner(owner)
+        vids = list(vids)
+        if len(set(vids)) != len(vids):
+            raise InvalidArgumentError(f"drop({owner!r}): duplicate ids {sorted(vids)}; name each page once")
+        mine = {v for vs in held.values() for v in vs}
+        missing = [v for v in vids if v not in mine]
+        if missing:
+            raise DoubleFreeError(f"drop({owner!r}): owner does not hold {missing} (double free, or another "
+                                  "owner's page); drop only pages this owner holds")
+        gone = set(vids)
+        for c in held:
+            held[c] = [v for v in held[c] if v not in gone]
+        return self._unref(vids)
+
+    def slide(self, owner: str, cls: str, n: int) -> list[int]:
+        """Drop the ``n`` oldest pages of ``cls`` that ``owner`` holds (window pages that slid out)."""
+        held = self._owner(owner)
+        if cls not in self.bands:
+            raise InvalidArgumentError(f"slide: unknown class {cls!r}; this model has {self.order}")
+        if not isinstance(n, int) or n < 0 or n > len(held[cls]):
+            raise InvalidArgumentError(f"slide({owner!r}, {cls!r}, {n!r}): owner holds {len(held[cls])} "
+                                       f"{cls} pages; n must be in [0, {len(held[cls])}]")
+        out = held[cls][:n]
+        held[cls] = held[cls][n:]
+        return self._unref(out)
+
+    def free(self, owner: str) -> list[int]:
+        """``owner`` lets go of every page it holds (all classes); the owner is forgotten."""
+        held = self._owner(owner)
+        vids = [v for c in self.order for v in held[c]]
+        del self.owners[owner]
+        return self._unref(vids)
+
+    def _unref(self, vids: Iterable[int]) -> list[int]:
+        freed = []
+        for v in vids:
+            self.refs[v] -= 1
+            if self.refs[v] == 0:
+                del self.refs[v]
+                freed.append(v)
+                self._free_page(v)
+        touched = {self.bands[c] for c in self.order}
+        for b in touched:
+            b.absorb_boundary_holes()
+        return freed
+
+    def _free_page(self, vid: int) -> None:
+        cls, slot = self.v2p.pop(vid)
+        del self.gen[vid]
+        band = self.bands[cls]
+        del band.live[slot]
+        self.content.pop((cls, slot), None)
+        heapq.heappush(self._free_vids, vid)
+        self._vacate(band, slot)
+
+    # =========================================================================================
+    # Ledger: acquire / release
+
+    def acquire(self, user: str, kind: UserKind, vids: Sequence[int]) -> None:
+        """``user`` (a forward pass, host copy or transfer) holds the physical pages of ``vids``."""
+        if user in self.users:
+            raise DuplicateUserError(f"ledger user {user!r} is live; release it first or pick a fresh id")
+        if not isinstance(kind, UserKind):
+            raise InvalidArgumentError(f"acquire: kind must be a UserKind, got {kind!r}")
+        vids = self._check_vids(vids, f"acquire({user!r})")
+        holds = tuple(Hold(*self.v2p[v], v, self.gen[v]) for v in vids)
+        self.users[user] = User(kind, holds)
+        counter = self.writers if kind.mode is Mode.WRITE else self.readers
+        for h in holds:
+            counter[(h.cls, h.slot)] += 1
+
+    def release(self, user: str) -> None:
+        """``user`` finished: its pages may move again; withheld ones it was last to hold become holes."""
+        u = self.users.pop(user, None)
+        if u is None:
+            raise ReleaseWithoutAcquireError(f"release({user!r}): no such live ledger user (never acquired, "
+                                             "or already released); release each acquire exactly once")
+        counter = self.writers if u.mode is Mode.WRITE else self.readers
+        for h in u.holds:
+            page = (h.cls, h.slot)
+            counter[page] -= 1
+            if counter[page] == 0:
+                del counter[page]
+            band = self.bands[h.cls]
+            if h.slot in band.withheld and not self._in_use(page):
+                band.withheld.discard(h.slot)
+                band.holes.add(h.slot)
+        for b in self._chain():
+            b.absorb_boundary_holes()
+
+    # =========================================================================================
+    # Data: content tags per row
+
+    def _row_check(self, vid: int, entry: int, row: int) -> PhysPage:
+        if vid not in self.v2p:
+            raise UnknownPageError(f"virtual page {vid} is not bound; write/read only live pages")
+        cls, slot = self.v2p[vid]
+        n_entries = entries_per_page(self.classes[cls], self.config.page_size)
+        n_rows = len(self.layouts[cls].slots)
+        if not 0 <= entry < n_entries or not 0 <= row < n_rows:
+            raise InvalidArgumentError(f"page {vid} ({cls}) has entries [0, {n_entries}) and rows "
+                                       f"[0, {n_rows}); got entry {entry}, row {row}")
+        return cls, slot
+
+    def write(self, vid: int, entry: int, row: int, tag: int) -> None:
+        page = self._row_check(vid, entry, row)
+        self.content.setdefault(page, {})[(entry, row)] = tag
+
+    def read(self, vid: int, entry: int, row: int) -> int | None:
+        """The last tag written; 0 for an unwritten recurrent row (slots start zeroed), else None."""
+        page = self._row_check(vid, entry, row)
+        tag = self.content.get(page, {}).get((entry, row))
+        if tag is None and self.classes[page[0]].kind is Kind.RECURRENT:
+            return 0
+        return tag
+
+    # =========================================================================================
+    # Idle-time compaction and stand-alone relayout
+
+    def compact(self, max_moves: int | None = None) -> Plan:
+        """Rung 2 on its own: pack the end bands toward their anchors, at most ``max_moves`` moves."""
+        if max_moves is not None and (not isinstance(max_moves, int) or max_moves < 0):
+            raise InvalidArgumentError(f"compact: max_moves must be None or an int >= 0, got {max_moves!r}")
+        moves, _ = self._plan_compact_ends([BandView.of(b) for b in self._chain()], max_moves)
+        plan = self._plan(Rung.COMPACT if moves else Rung.NONE, moves, Placement())
+        self._apply(plan)
+        return plan
+
+    def relayout(self, demand: Mapping[str, int]) -> Plan:
+        """Rung 3 on its own: move float bands to open room for ``demand`` without placing it."""
+        d = self._check_demand(demand)
+        r = self._plan_relayout([BandView.of(b) for b in self._chain()], d)
+        if r is None:
+            raise self._rejection(d, Placement(shortfall={c: n for c, n in d.items()}))
+        moves, _views, spans = r
+        plan = self._plan(Rung.RELAYOUT if moves else Rung.NONE, [], Placement(), moves, spans)
+        self._apply(plan)
+        return plan
+
+    # =========================================================================================
+    # Queries
+
+    def translate(self, vid: int) -> PhysPage:
+        if vid not in self.v2p:
+            raise UnknownPageError(f"translate: virtual page {vid} is not bound")
+        return self.v2p[vid]
+
+    def page_offset(self, cls: str, slot: int) -> int:
+        """Byte offset of a physical page in the arena."""
+        return slot * self.bands[cls].page_bytes
+
+    def translate_token(self, cls: str, vtoken: int) -> int:
+        """Physical entry index (class-local) of virtual token ``vtoken`` = vpage * page_size + i."""
+        n = entries_per_page(self.classes[cls], self.config.page_size)
+        vid, i = divmod(vtoken, n)
+        c, slot = self.translate(vid)
+        if c != cls:
+            raise InvalidArgumentError(f"virtual page {vid} is a {c!r} page, not {cls!r}")
+        return slot * n + i
+
+    def held(self, owner: str) -> dict[str, tuple[int, ...]]:
+        return {c: tuple(v) for c, v in self._owner(owner).items()}
+
+    def used_bytes(self) -> int:
+        return sum((len(b.live) + len(b.withheld)) * b.page_bytes for b in self.bands.values())
+
+    def free_bytes(self) -> int:
+        return self.capacity - self.used_bytes()
+
+    def gap_bytes(self) -> int:
+        present = [b for b in self._chain() if b.role is not Role.FLOAT or not b.empty]
+        return sum(a.lo_byte - b.hi_byte for b, a in zip(present, present[1:]))
+
+    def snapshot(self) -> dict:
+        """Every observable field, canonical (sorted): equal snapshots mean equal states."""
+        return {
+            "bands": {n: {"lo": b.lo, "hi": b.hi, "live": sorted(b.live.items()), "holes": list(b.holes),
+                          "withheld": sorted(b.withheld)} for n, b in self.bands.items()},
+            "v2p": sorted(self.v2p.items()),
+            "owners": {o: {c: list(v) for c, v in h.items()} for o, h in sorted(self.owners.items())},
+            "refs": sorted(self.refs.items()),
+            "users": {u: (x.kind.value, [(h.cls, h.slot, h.vid) for h in x.holds])
+                      for u, x in sorted(self.users.items())},
+            "free_vids": sorted(self._free_vids),
+            "next_vid": self._next_vid,
+            "content": {f"{c}:{s}": sorted(d.items()) for (c, s), d in sorted(self.content.items())},
+        }
+
+    def ceil_pages(self, cls: str, tokens: int) -> int:
+        return ceil_div(tokens, entries_per_page(self.classes[cls], self.config.page_size))

@@ -1,0 +1,163 @@
+"""§State: bands of pages on one byte range (spec/arena.md §State, §Bands).
+
+Every state class has its own page grid anchored at byte 0: slot ``s`` of a
+class with page bytes ``P`` covers ``[s*P, (s+1)*P)``.  A band is the class's
+contiguous span of slots ``[lo, hi)``; each slot in the span is live (bound to a
+virtual page), a hole (free), or withheld (logically free, still used by a
+ledger user).  Slots outside the span belong to the gaps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from enum import Enum
+
+from sortedcontainers import SortedList
+
+
+class Role(str, Enum):
+    LOW = "low"  # anchored at byte 0, grows up (its span is [0, hi))
+    FLOAT = "float"  # between the ends, grows either way, empty when lo == hi
+    HIGH = "high"  # anchored at the top of its grid, grows down (its span is [lo, top))
+
+
+class Band:
+    """One class's pages.  ``top`` is the number of whole pages that fit in the arena."""
+
+    def __init__(self, name: str, role: Role, page_bytes: int, capacity: int) -> None:
+        self.name = name
+        self.role = role
+        self.page_bytes = page_bytes
+        self.top = capacity // page_bytes
+        self.lo = self.top if role is Role.HIGH else 0
+        self.hi = self.lo
+        self.live: dict[int, int] = {}  # slot -> virtual page id (the p->v map)
+        self.holes: SortedList = SortedList()
+        self.withheld: set[int] = set()
+
+    # -- geometry ---------------------------------------------------------------------------
+    @property
+    def empty(self) -> bool:
+        return self.lo == self.hi
+
+    @property
+    def lo_byte(self) -> int:
+        return self.lo * self.page_bytes
+
+    @property
+    def hi_byte(self) -> int:
+        return self.hi * self.page_bytes
+
+    def slot_range(self, slot: int) -> tuple[int, int]:
+        return slot * self.page_bytes, (slot + 1) * self.page_bytes
+
+    def in_span(self, slot: int) -> bool:
+        return self.lo <= slot < self.hi
+
+    # -- holes in anchor order -------------------------------------------------------------
+    def holes_in_anchor_order(self) -> Iterator[int]:
+        """Holes nearest the band's anchor first: ascending, except the high band (descending)."""
+        return reversed(self.holes) if self.role is Role.HIGH else iter(self.holes)
+
+    def first_holes(self, k: int) -> list[int]:
+        if k <= 0:
+            return []
+        if self.role is Role.HIGH:
+            return list(self.holes.islice(max(0, len(self.holes) - k), reverse=True))
+        return list(self.holes.islice(0, k))
+
+    @property
+    def hole_count(self) -> int:
+        return len(self.holes)
+
+    # -- mutation helpers (callers guarantee the preconditions) ----------------------------
+    def absorb_boundary_holes(self) -> int:
+        """Give boundary holes back to the gap (zero-copy). Returns slots absorbed."""
+        n = 0
+        if self.role is not Role.HIGH:
+            while self.hi > self.lo and (self.hi - 1) in self.holes:
+                self.holes.remove(self.hi - 1)
+                self.hi -= 1
+                n += 1
+        if self.role is not Role.LOW:
+            while self.lo < self.hi and self.lo in self.holes:
+                self.holes.remove(self.lo)
+                self.lo += 1
+                n += 1
+        if self.role is Role.FLOAT and self.empty:
+            self.lo = self.hi = 0  # parked: an empty float has no position
+        return n
+
+    def extend_to(self, slot: int) -> None:
+        """Grow the span by one slot adjacent to it (or start an empty float at ``slot``)."""
+        if self.role is Role.FLOAT and self.empty:
+            self.lo, self.hi = slot, slot + 1
+        elif slot == self.hi and self.role is not Role.HIGH:
+            self.hi += 1
+        elif slot == self.lo - 1 and self.role is not Role.LOW:
+            self.lo -= 1
+        else:  # pragma: no cover - planner bug
+            raise AssertionError(f"{self.name}: slot {slot} is not adjacent to span [{self.lo}, {self.hi})")
+
+    def state_of(self, slot: int) -> str:
+        if not self.in_span(slot):
+            return "gap"
+        if slot in self.live:
+            return "live"
+        if slot in self.withheld:
+            return "withheld"
+        return "hole"
+
+
+@dataclass
+class BandView:
+    """A band as the planner sees it after planned moves: span and holes, read-only.
+
+    ``holes`` is a callable giving the first k holes in anchor order and ``hole_count``
+    their number, so a view never copies the band's hole list.
+    """
+
+    name: str
+    role: Role
+    page_bytes: int
+    top: int
+    lo: int
+    hi: int
+    hole_count: int
+    _first: object  # Callable[[int], list[int]]
+
+    @staticmethod
+    def of(band: Band) -> BandView:
+        return BandView(band.name, band.role, band.page_bytes, band.top, band.lo, band.hi,
+                        band.hole_count, band.first_holes)
+
+    def first_holes(self, k: int) -> list[int]:
+        return self._first(k)  # type: ignore[operator]
+
+    @property
+    def empty(self) -> bool:
+        return self.lo == self.hi
+
+    @property
+    def lo_byte(self) -> int:
+        return self.lo * self.page_bytes
+
+    @property
+    def hi_byte(self) -> int:
+        return self.hi * self.page_bytes
+
+
+def explicit_view(band: Band, lo: int, hi: int, holes_anchor_order: list[int]) -> BandView:
+    """A view whose holes are a small explicit list (already in anchor order)."""
+    return BandView(band.name, band.role, band.page_bytes, band.top, lo, hi, len(holes_anchor_order),
+                    lambda k: holes_anchor_order[:max(0, k)])
+
+
+def merge_anchor_order(role: Role, a: Iterable[int], b: Iterable[int]) -> Iterator[int]:
+    """Merge two hole streams that are each in anchor order."""
+    import heapq
+
+    if role is Role.HIGH:
+        return heapq.merge(a, b, reverse=True)
+    return heapq.merge(a, b)

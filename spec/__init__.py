@@ -1,0 +1,1 @@
+"""Shared spec types: the vocabulary every implementation (reference, gpu, adapters) may import."""

@@ -1,0 +1,351 @@
+"""Model geometries and arena configuration (spec/arena.md §Models, §Configuration).
+
+Presets carry the exact per-layer rows of each hybrid model.  Numbers come from
+the published configs listed in ../shared/anchors/peers-and-models.md §5;
+``assumptions`` on each preset names every number that is not read from a
+config (state dtypes, DSA index-key geometry, ...).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from kvarena.spec.errors import ConfigError
+from kvarena.spec.layout import Kind, Row, StateClass, entry_layout, page_bytes
+
+# ---------------------------------------------------------------------------------------------
+# Row builders: one function per layer family, so a preset reads like its config.json.
+
+
+def mha_rows(layers: range | list[int], kv_heads: int, head_dim: int, dtype: str = "bf16",
+             v_head_dim: int | None = None, prefix: str = "") -> tuple[Row, ...]:
+    """K and V rows of standard (GQA) attention layers."""
+    vd = head_dim if v_head_dim is None else v_head_dim
+    rows: list[Row] = []
+    for layer in layers:
+        rows.append(Row(layer, prefix + "k", (kv_heads, head_dim), dtype))
+        rows.append(Row(layer, prefix + "v", (kv_heads, vd), dtype))
+    return tuple(rows)
+
+
+def mla_rows(layers: range | list[int], kv_lora_rank: int, qk_rope_head_dim: int,
+             dtype: str = "bf16") -> tuple[Row, ...]:
+    """One compressed latent row (c_kv + k_rope) per MLA layer."""
+    return tuple(Row(layer, "latent", (1, kv_lora_rank + qk_rope_head_dim), dtype) for layer in layers)
+
+
+def dsa_index_rows(layers: range | list[int], index_head_dim: int = 128) -> tuple[Row, ...]:
+    """DeepSeek-sparse-attention indexer keys: fp8 key plus an fp32 scale (padded to 16 B) per layer."""
+    rows: list[Row] = []
+    for layer in layers:
+        rows.append(Row(layer, "index_k", (index_head_dim,), "fp8"))
+        rows.append(Row(layer, "index_scale", (4,), "fp32"))  # 1 scale + 3 pad lanes = 16 B
+    return tuple(rows)
+
+
+def gated_delta_rows(layers: range | list[int], conv_dim: int, conv_kernel: int, v_heads: int,
+                     k_dim: int, v_dim: int, ssm_dtype: str = "fp32",
+                     conv_dtype: str = "bf16") -> tuple[Row, ...]:
+    """Gated-DeltaNet / KDA state: short-conv window plus the recurrent (heads, d_k, d_v) matrix."""
+    rows: list[Row] = []
+    for layer in layers:
+        rows.append(Row(layer, "conv", (conv_dim, conv_kernel - 1), conv_dtype))
+        rows.append(Row(layer, "ssm", (v_heads, k_dim, v_dim), ssm_dtype))
+    return tuple(rows)
+
+
+def mamba1_rows(layers: range | list[int], d_inner: int, d_conv: int, d_state: int,
+                ssm_dtype: str = "fp32", conv_dtype: str = "bf16") -> tuple[Row, ...]:
+    rows: list[Row] = []
+    for layer in layers:
+        rows.append(Row(layer, "conv", (d_inner, d_conv - 1), conv_dtype))
+        rows.append(Row(layer, "ssm", (d_inner, d_state), ssm_dtype))
+    return tuple(rows)
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A hybrid model as the arena sees it: its state classes and context limit."""
+
+    name: str
+    classes: tuple[StateClass, ...]
+    max_context_len: int
+    source: str = ""
+    assumptions: tuple[str, ...] = ()
+
+    def cls(self, name: str) -> StateClass:
+        for c in self.classes:
+            if c.name == name:
+                return c
+        raise ConfigError(f"model {self.name} has no state class {name!r}; it has "
+                          f"{[c.name for c in self.classes]}")
+
+    def bytes_per_token(self, kind: Kind) -> int:
+        return sum(entry_layout(c).entry_bytes for c in self.classes if c.kind is kind)
+
+
+def chain(model: ModelSpec) -> tuple[StateClass, ...]:
+    """Band order from byte 0 up: recurrent state, windows (longest first), full attention.
+
+    The first class is the low end band (grows up from 0), the last the high end
+    band (grows down from the top), the rest are float bands between them.
+    """
+    def rank(c: StateClass) -> tuple[int, int]:
+        order = {Kind.RECURRENT: 0, Kind.WINDOW: 1, Kind.FULL: 2}[c.kind]
+        return (order, -c.window)
+
+    return tuple(sorted(model.classes, key=rank))
+
+
+def validate_model(model: ModelSpec) -> None:
+    """Refuse models the unified arena cannot serve well, saying why."""
+    names = [c.name for c in model.classes]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"model {model.name}: duplicate state class names {names}; names must be unique")
+    kinds = {c.kind for c in model.classes}
+    if len(model.classes) < 2:
+        only = model.classes[0].kind.value if model.classes else "no"
+        raise ConfigError(
+            f"model {model.name} has {only} layers only: one kind of page needs no shared arena "
+            "(nothing to trade between bands); serve it with a plain paged pool")
+    if Kind.FULL not in kinds:
+        raise ConfigError(f"model {model.name} has no full-attention class; the high end band holds "
+                          "full-attention KV, so add one or use a plain slot pool")
+    if sum(1 for c in model.classes if c.kind is Kind.FULL) > 1:
+        raise ConfigError(f"model {model.name} has more than one full-attention class; merge their rows "
+                          "into one class (one entry holds every full-attention layer)")
+    if sum(1 for c in model.classes if c.kind is Kind.RECURRENT) > 1:
+        raise ConfigError(f"model {model.name} has more than one recurrent class; merge their rows into "
+                          "one class (one slot holds every recurrent layer)")
+    if model.max_context_len <= 0:
+        raise ConfigError(f"model {model.name}: max_context_len must be > 0")
+
+
+# Sizing hints SGLang uses for split pools; in the arena they only place float bands.
+DEFAULT_SWA_FULL_TOKENS_RATIO = 0.8
+DEFAULT_MAMBA_FULL_MEMORY_RATIO = 0.9
+
+
+@dataclass(frozen=True)
+class ArenaConfig:
+    """Everything fixed at construction."""
+
+    model: ModelSpec
+    capacity: int  # bytes of the arena
+    page_size: int = 64  # tokens per page of token classes
+    swa_full_tokens_ratio: float = DEFAULT_SWA_FULL_TOKENS_RATIO
+    mamba_full_memory_ratio: float = DEFAULT_MAMBA_FULL_MEMORY_RATIO
+    max_context_len: int | None = None  # defaults to the model's
+
+    @property
+    def context_len(self) -> int:
+        return self.max_context_len if self.max_context_len is not None else self.model.max_context_len
+
+    def page_bytes(self, cls_name: str) -> int:
+        return page_bytes(self.model.cls(cls_name), self.page_size)
+
+    def validate(self) -> None:
+        validate_model(self.model)
+        if self.page_size <= 0 or self.page_size & (self.page_size - 1):
+            raise ConfigError(f"page_size {self.page_size} must be a power of two > 0 (e.g. 16, 64)")
+        if self.capacity <= 0:
+            raise ConfigError(f"capacity {self.capacity} must be > 0 bytes")
+        if not 0 < self.swa_full_tokens_ratio <= 1:
+            raise ConfigError(f"swa_full_tokens_ratio {self.swa_full_tokens_ratio} must be in (0, 1]")
+        if not 0 < self.mamba_full_memory_ratio:
+            raise ConfigError(f"mamba_full_memory_ratio {self.mamba_full_memory_ratio} must be > 0")
+        if self.context_len <= 0:
+            raise ConfigError("max_context_len must be > 0")
+
+
+def worst_case_demand(config: ArenaConfig) -> dict[str, int]:
+    """Pages one request of ``context_len`` tokens needs at its peak, per class."""
+    ps = config.page_size
+    demand: dict[str, int] = {}
+    full_pages = -(-config.context_len // ps)
+    for c in config.model.classes:
+        if c.kind is Kind.FULL:
+            demand[c.name] = full_pages
+        elif c.kind is Kind.WINDOW:
+            # a window of W tokens not aligned to a page touches ceil(W/ps)+1 pages
+            demand[c.name] = min(full_pages, -(-c.window // ps) + 1)
+        else:
+            demand[c.name] = 1
+    return demand
+
+
+# ---------------------------------------------------------------------------------------------
+# Presets. Layer indices follow each config's layer_types / interval.
+
+GiB = 1 << 30
+
+
+def _gpt_oss(name: str, n_layers: int) -> ModelSpec:
+    sliding = list(range(0, n_layers, 2))  # layer_types alternate, starting with sliding
+    full = list(range(1, n_layers, 2))
+    return ModelSpec(
+        name=name,
+        classes=(
+            StateClass("full", Kind.FULL, mha_rows(full, kv_heads=8, head_dim=64)),
+            StateClass("window", Kind.WINDOW, mha_rows(sliding, kv_heads=8, head_dim=64), window=128),
+        ),
+        max_context_len=131072,
+        source="transformers GptOssConfig; HF config (layer_types, 8 KV heads, head_dim 64, sliding_window 128)",
+        assumptions=("attention sinks are weights, not KV: no row",),
+    )
+
+
+def _qwen_gdn(name: str, n_layers: int, kv_heads: int, ctx: int, source: str) -> ModelSpec:
+    full = list(range(3, n_layers, 4))  # full_attention_interval 4: [3 GDN -> 1 attn]
+    gdn = [i for i in range(n_layers) if i not in full]
+    # conv_dim = 2 * (16 QK heads * 128) + 32 V heads * 128
+    return ModelSpec(
+        name=name,
+        classes=(
+            StateClass("full", Kind.FULL, mha_rows(full, kv_heads=kv_heads, head_dim=256)),
+            StateClass("state", Kind.RECURRENT,
+                       gated_delta_rows(gdn, conv_dim=8192, conv_kernel=4, v_heads=32, k_dim=128, v_dim=128)),
+        ),
+        max_context_len=ctx,
+        source=source,
+        assumptions=("SSM state fp32 (SGLang default --mamba-ssm-dtype float32); conv state bf16",),
+    )
+
+
+def _kimi_linear() -> ModelSpec:
+    mla = [3, 7, 11, 15, 19, 23, 26]  # full_attn_layers [4, 8, ..., 27], 1-indexed
+    kda = [i for i in range(27) if i not in mla]
+    return ModelSpec(
+        name="kimi-linear-48b-a3b",
+        classes=(
+            StateClass("full", Kind.FULL, mla_rows(mla, kv_lora_rank=512, qk_rope_head_dim=64)),
+            # KDA: short conv on q, k and v (3 * 32 heads * 128) and a 32 x 128 x 128 state
+            StateClass("state", Kind.RECURRENT,
+                       gated_delta_rows(kda, conv_dim=3 * 32 * 128, conv_kernel=4, v_heads=32, k_dim=128,
+                                        v_dim=128)),
+        ),
+        max_context_len=1048576,
+        source="moonshotai/Kimi-Linear-48B-A3B-Instruct config @e1df551; transformers KimiLinearConfig",
+        assumptions=("KDA state fp32, conv bf16",
+                     "short conv on q, k, v each of 32 heads x 128 (conv_dim 12288)"),
+    )
+
+
+def _kimi_k3() -> ModelSpec:
+    n_layers = 93
+    mla = [i for i in range(n_layers) if i % 4 == 3 or i == n_layers - 1]  # 3:1 KDA:MLA, last layer full
+    kda = [i for i in range(n_layers) if i not in mla]
+    return ModelSpec(
+        name="kimi-k3",
+        classes=(
+            StateClass("full", Kind.FULL,
+                       mla_rows(mla, kv_lora_rank=512, qk_rope_head_dim=64) + dsa_index_rows(mla)),
+            StateClass("state", Kind.RECURRENT,
+                       gated_delta_rows(kda, conv_dim=3 * 96 * 128, conv_kernel=4, v_heads=96, k_dim=128,
+                                        v_dim=128)),
+        ),
+        max_context_len=262144,
+        source="moonshotai/Kimi-K3 config @9f62e4e (93 layers, 24 gated-MLA, kv_lora 512, rope 64, 96 heads)",
+        assumptions=("DSA index keys: 128-dim fp8 key + fp32 scale per MLA layer (DeepSeek-V3.2 indexer "
+                     "geometry; not in the pinned config)",
+                     "KDA head_dim 128 and conv over q, k, v as in Kimi Linear",
+                     "max_context_len 262144 (not verified)"),
+    )
+
+
+def _jamba_mini() -> ModelSpec:
+    attn = list(range(4, 32, 8))  # attn_layer_period 8, offset 4
+    mamba = [i for i in range(32) if i not in attn]
+    return ModelSpec(
+        name="jamba-1.5-mini",
+        classes=(
+            StateClass("full", Kind.FULL, mha_rows(attn, kv_heads=8, head_dim=128)),
+            StateClass("state", Kind.RECURRENT, mamba1_rows(mamba, d_inner=8192, d_conv=4, d_state=16)),
+        ),
+        max_context_len=262144,
+        source="transformers JambaConfig (= Jamba v0.1 geometry); HF config copies",
+        assumptions=("Jamba-1.5-Mini geometry equals Jamba v0.1", "Mamba state fp32, conv bf16"),
+    )
+
+
+def _gemma3_27b() -> ModelSpec:
+    full = list(range(5, 62, 6))  # sliding_window_pattern 6: every 6th layer is global
+    local = [i for i in range(62) if i not in full]
+    return ModelSpec(
+        name="gemma-3-27b",
+        classes=(
+            StateClass("full", Kind.FULL, mha_rows(full, kv_heads=16, head_dim=128)),
+            StateClass("window", Kind.WINDOW, mha_rows(local, kv_heads=16, head_dim=128), window=1024),
+        ),
+        max_context_len=131072,
+        source="unsloth/gemma-3-27b-it config @7a5a305 (62 layers, 16 KV heads, head_dim 128, window 1024)",
+    )
+
+
+PRESETS: dict[str, Callable[[], ModelSpec]] = {
+    "gpt-oss-20b": lambda: _gpt_oss("gpt-oss-20b", 24),
+    "gpt-oss-120b": lambda: _gpt_oss("gpt-oss-120b", 36),
+    "qwen3.5-4b": lambda: _qwen_gdn("qwen3.5-4b", 32, kv_heads=4, ctx=262144,
+                                    source="transformers Qwen3_5TextConfig; sglang PR #39851 (~51 MB state)"),
+    "qwen3-next-80b-a3b": lambda: _qwen_gdn("qwen3-next-80b-a3b", 48, kv_heads=2, ctx=262144,
+                                            source="Qwen/Qwen3-Next-80B-A3B-Instruct config @9c7f2fb"),
+    "kimi-linear-48b-a3b": _kimi_linear,
+    "kimi-k3": _kimi_k3,
+    "jamba-1.5-mini": _jamba_mini,
+    "gemma-3-27b": _gemma3_27b,
+}
+
+
+def _tiny(name: str, with_state: bool, with_window: bool) -> ModelSpec:
+    """Toy geometries for tests and vectors: small pages, every band kind, odd page sizes."""
+    classes = [StateClass("full", Kind.FULL, mha_rows([1, 3], kv_heads=1, head_dim=8))]  # 64 B entries
+    if with_window:
+        classes.append(StateClass("window", Kind.WINDOW, mha_rows([0, 2], kv_heads=1, head_dim=16), window=8))
+    if with_state:
+        classes.append(StateClass("state", Kind.RECURRENT,
+                                  gated_delta_rows([0], conv_dim=8, conv_kernel=2, v_heads=1, k_dim=2,
+                                                   v_dim=4)))  # 16 + 32 B -> 64 B slot
+    return ModelSpec(name, tuple(classes), max_context_len=32, source="toy geometry for tests")
+
+
+TOY_MODELS: dict[str, Callable[[], ModelSpec]] = {
+    "toy-tri": lambda: _tiny("toy-tri", True, True),  # state (low) | window (float) | full (high)
+    "toy-swa": lambda: _tiny("toy-swa", False, True),  # window (low) | full (high)
+    "toy-state": lambda: _tiny("toy-state", True, False),  # state (low) | full (high)
+}
+
+
+def preset(name: str) -> ModelSpec:
+    try:
+        return {**PRESETS, **TOY_MODELS}[name]()
+    except KeyError:
+        raise ConfigError(f"unknown model preset {name!r}; choose one of {sorted(PRESETS)} "
+                          f"(toys for tests: {sorted(TOY_MODELS)})") from None
+
+
+# Published per-token / per-sequence figures the presets must reproduce (peers-and-models.md §5).
+EXPECTED_BYTES: dict[str, dict[str, int]] = {
+    "gpt-oss-20b": {"full": 24576, "window": 24576},
+    "gpt-oss-120b": {"full": 36864, "window": 36864},
+    "qwen3.5-4b": {"full": 32768, "state": 51511296},
+    "qwen3-next-80b-a3b": {"full": 24576, "state": 36 * 2146304},
+    "kimi-linear-48b-a3b": {"full": 8064, "state": 20 * 2170880},
+    "jamba-1.5-mini": {"full": 16384, "state": 28 * 573440},
+    "gemma-3-27b": {"full": 81920, "window": 425984},
+}
+
+
+@dataclass(frozen=True)
+class Summary:
+    name: str
+    per_class: dict[str, tuple[str, int, int]] = field(default_factory=dict)  # kind, entry B, page B
+
+
+def summarize(config: ArenaConfig) -> Summary:
+    return Summary(config.model.name, {
+        c.name: (c.kind.value, entry_layout(c).entry_bytes, page_bytes(c, config.page_size))
+        for c in config.model.classes})

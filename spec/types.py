@@ -1,0 +1,62 @@
+"""Shared vocabulary of operations: ledger users, moves, plans (spec/arena.md §Ledger, §Ladder)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class Mode(str, Enum):
+    READ = "read"
+    WRITE = "write"
+
+
+class UserKind(str, Enum):
+    """Who holds a page's physical address, and whether it reads or writes it."""
+
+    FORWARD_READ = "forward_read"  # a forward pass reading KV / state
+    FORWARD_WRITE = "forward_write"  # a forward pass writing new KV / state
+    HOST_SAVE = "host_save"  # device -> host cache copy (reads the page)
+    HOST_LOAD = "host_load"  # host cache -> device copy (writes the page)
+    NET_SEND = "net_send"  # RDMA / PD transfer out (reads)
+    NET_RECV = "net_recv"  # RDMA / PD transfer in (writes)
+
+    @property
+    def mode(self) -> Mode:
+        return Mode.WRITE if self in _WRITERS else Mode.READ
+
+
+_WRITERS = {UserKind.FORWARD_WRITE, UserKind.HOST_LOAD, UserKind.NET_RECV}
+
+
+class Rung(int, Enum):
+    """The admission ladder's rungs (0 = nothing placed)."""
+
+    NONE = 0
+    REUSE = 1  # holes, then frontiers into the adjacent gap; nothing moves
+    COMPACT = 2  # pack the end bands toward their anchors, retry
+    RELAYOUT = 3  # move float bands within the room between the compacted ends, retry
+
+
+@dataclass(frozen=True)
+class Move:
+    """Copy every row of every entry of page ``src`` to ``dst`` (same class) and remap its virtual id."""
+
+    cls: str
+    src: int  # physical slot on the class's page grid
+    dst: int
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one admission (or flush / relayout) does: moves in order, then placements."""
+
+    rung: Rung
+    moves: tuple[Move, ...] = ()
+    placements: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    bytes_moved: dict[int, int] = field(default_factory=dict)  # rung -> bytes
+    spans: dict[str, tuple[int, int]] = field(default_factory=dict)  # float target spans (rung 3)
+
+    @property
+    def total_bytes_moved(self) -> int:
+        return sum(self.bytes_moved.values())
