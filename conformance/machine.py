@@ -1,0 +1,323 @@
+"""The stateful conformance machine (spec/arena.md §Invariants; Hypothesis ``RuleBasedStateMachine``).
+
+Drives an arena through admit / extend / share / drop / slide / free / ledger
+acquire / release / compact / relayout / write, plus every error path, and after
+every step checks each invariant predicate and that every virtual page reads
+back exactly what was last written to each of its rows.  Error-path rules assert
+the typed error *and* that the state is bit-identical afterwards.
+
+``machine_for(factory)`` builds the machine over any constructor with the
+reference's API, which is how planted-bug variants are run (tests/quality).
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Callable
+
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from kvarena.reference.arena import Arena
+from kvarena.reference.invariants import check_all
+from kvarena.spec.errors import (
+    AdmissionRejectedError,
+    ArenaError,
+    CapacityTooSmallError,
+    DoubleFreeError,
+    InvalidArgumentError,
+    ReleaseWithoutAcquireError,
+    UnknownPageError,
+)
+from kvarena.spec.layout import Kind, entries_per_page
+from kvarena.spec.models import ArenaConfig, preset
+from kvarena.spec.types import UserKind
+
+TOYS = ["toy-tri", "toy-tri", "toy-swa", "toy-state"]  # floats only exist in toy-tri: weight it
+CACHE = "cache"  # the prefix cache: an owner like any request
+
+
+class ArenaMachine(RuleBasedStateMachine):
+    """One arena plus a shadow of what each page's rows must read back."""
+
+    factory: Callable[[ArenaConfig], Arena] = Arena
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.arena: Arena | None = None
+        self.requests: list[str] = []
+        self.users: list[str] = []
+        self.expected: dict[int, dict[tuple[int, int], int]] = {}  # vid -> {(entry, row): tag}
+        self.serial = 0
+
+    # -- setup --------------------------------------------------------------------------------
+    @initialize(model=st.sampled_from(TOYS), extra=st.integers(0, 12), page_size=st.sampled_from([2, 4]))
+    def setup(self, model: str, extra: int, page_size: int) -> None:
+        spec = preset(model)
+        capacity = 2400 + 128 * extra
+        while True:  # the smallest capacity >= the drawn one that passes the feasibility floor
+            try:
+                self.arena = type(self).factory(ArenaConfig(spec, capacity, page_size=page_size,
+                                                            max_context_len=16))
+                break
+            except CapacityTooSmallError:
+                capacity += 256
+
+    # -- helpers ------------------------------------------------------------------------------
+    @property
+    def a(self) -> Arena:
+        assert self.arena is not None
+        return self.arena
+
+    def _name(self, prefix: str) -> str:
+        self.serial += 1
+        return f"{prefix}{self.serial}"
+
+    def _forget(self, freed: list[int]) -> None:
+        for v in freed:
+            self.expected.pop(v, None)
+
+    def _demand(self, data: st.DataObject, hi: int) -> dict[str, int]:
+        return {c: data.draw(st.integers(0, hi), label=f"pages[{c}]") for c in self.a.order}
+
+    def _bound(self) -> list[int]:
+        return sorted(self.a.v2p)
+
+    def _rejected_unchanged(self, before: bytes, err: ArenaError) -> None:
+        assert pickle.dumps(self.a) == before, f"{type(err).__name__} changed the state: {err}"
+
+    # -- admission ------------------------------------------------------------------------------
+    @rule(data=st.data())
+    def admit(self, data: st.DataObject) -> None:
+        demand = self._demand(data, 3)
+        bound = self._bound()
+        shared = data.draw(st.lists(st.sampled_from(bound), max_size=2, unique=True), label="shared") \
+            if bound else []
+        owner = self._name("r")
+        before = pickle.dumps(self.a)
+        try:
+            got = self.a.admit(owner, demand, shared)
+        except AdmissionRejectedError as e:
+            assert e.shortfall and e.shortfall_bytes > 0, f"rejection without a shortfall: {e}"
+            self._rejected_unchanged(before, e)
+            return
+        self.requests.append(owner)
+        for c, n in demand.items():
+            assert len(got.pages.get(c, ())) == n, f"admit gave {got.pages} for {demand}"
+        if got.plan.rung == 1:
+            assert not got.plan.moves, "rung 1 (reuse in place) must move nothing"
+
+    @rule(k=st.integers(2, 6), pages=st.integers(1, 2))
+    def churn(self, k: int, pages: int) -> None:
+        """Admit k small requests, then free every other one: holes in every band (feeds rungs 2-3)."""
+        made = []
+        for _ in range(k):
+            owner = self._name("c")
+            try:
+                self.a.admit(owner, {c: pages for c in self.a.order})
+            except AdmissionRejectedError:
+                break
+            made.append(owner)
+        for owner in made[::2]:
+            self._forget(self.a.free(owner))
+        self.requests.extend(made[1::2])
+
+    @precondition(lambda self: self.requests)
+    @rule(data=st.data())
+    def extend(self, data: st.DataObject) -> None:
+        owner = data.draw(st.sampled_from(self.requests), label="owner")
+        demand = self._demand(data, 2)
+        before = pickle.dumps(self.a)
+        try:
+            self.a.extend(owner, demand)
+        except AdmissionRejectedError as e:
+            self._rejected_unchanged(before, e)
+
+    # -- ownership ------------------------------------------------------------------------------
+    @precondition(lambda self: self.requests)
+    @rule(data=st.data())
+    def slide(self, data: st.DataObject) -> None:
+        owner = data.draw(st.sampled_from(self.requests), label="owner")
+        cls = data.draw(st.sampled_from(self.a.order), label="cls")
+        n = data.draw(st.integers(0, len(self.a.held(owner)[cls])), label="n")
+        self._forget(self.a.slide(owner, cls, n))
+
+    @precondition(lambda self: self.requests)
+    @rule(data=st.data())
+    def free(self, data: st.DataObject) -> None:
+        owner = data.draw(st.sampled_from(self.requests), label="owner")
+        self.requests.remove(owner)
+        self._forget(self.a.free(owner))
+
+    @precondition(lambda self: self.requests)
+    @rule(data=st.data())
+    def drop_some(self, data: st.DataObject) -> None:
+        owner = data.draw(st.sampled_from(self.requests), label="owner")
+        mine = [v for vs in self.a.held(owner).values() for v in vs]
+        if mine:
+            vids = data.draw(st.lists(st.sampled_from(mine), min_size=1, max_size=2, unique=True), label="vids")
+            self._forget(self.a.drop(owner, vids))
+
+    @precondition(lambda self: self.a.v2p)
+    @rule(data=st.data())
+    def cache_insert(self, data: st.DataObject) -> None:
+        held = set(v for vs in self.a.held(CACHE).values() for v in vs) if CACHE in self.a.owners else set()
+        fresh = [v for v in self._bound() if v not in held]
+        if fresh:
+            self.a.share(CACHE, data.draw(st.lists(st.sampled_from(fresh), min_size=1, max_size=3, unique=True)))
+
+    @precondition(lambda self: CACHE in self.a.owners)
+    @rule(data=st.data())
+    def cache_evict(self, data: st.DataObject) -> None:
+        held = [v for vs in self.a.held(CACHE).values() for v in vs]
+        if held:
+            self._forget(self.a.drop(CACHE, data.draw(st.lists(st.sampled_from(held), min_size=1, unique=True))))
+
+    # -- ledger ---------------------------------------------------------------------------------
+    @precondition(lambda self: self.a.v2p)
+    @rule(data=st.data(), kind=st.sampled_from(list(UserKind)))
+    def acquire(self, data: st.DataObject, kind: UserKind) -> None:
+        # class first, then its pages: small bands (a float) get users as often as big ones
+        classes = sorted({c for c, _ in self.a.v2p.values()})
+        cls = data.draw(st.sampled_from(classes), label="cls")
+        pool = [v for v in self._bound() if self.a.v2p[v][0] == cls]
+        vids = data.draw(st.lists(st.sampled_from(pool), min_size=1, max_size=3, unique=True), label="vids")
+        user = self._name("u")
+        self.a.acquire(user, kind, vids)
+        self.users.append(user)
+
+    @precondition(lambda self: self.users)
+    @rule(data=st.data())
+    def release(self, data: st.DataObject) -> None:
+        user = data.draw(st.sampled_from(self.users), label="user")
+        self.users.remove(user)
+        self.a.release(user)
+
+    @precondition(lambda self: self.requests)
+    @rule(data=st.data(), kind=st.sampled_from([UserKind.FORWARD_READ, UserKind.FORWARD_WRITE]),
+          relayout=st.booleans(), release=st.booleans())
+    def moves_under_forward(self, data: st.DataObject, kind: UserKind, relayout: bool, release: bool) -> None:
+        """A forward pass holds one request's pages while the arena compacts or relayouts
+        (the race SGLang guards with move gates, sglang #39982)."""
+        owner = data.draw(st.sampled_from(self.requests), label="owner")
+        vids = [v for vs in self.a.held(owner).values() for v in vs]
+        if not vids:
+            return
+        user = self._name("fwd")
+        self.a.acquire(user, kind, vids)
+        if relayout:
+            demand = {c: data.draw(st.integers(0, 2), label=f"pages[{c}]") for c in self.a.order}
+            before = pickle.dumps(self.a)
+            try:
+                self.a.relayout(demand)
+            except (AdmissionRejectedError, InvalidArgumentError) as e:
+                self._rejected_unchanged(before, e)
+        else:
+            self.a.compact()
+        if release:
+            self.a.release(user)
+        else:
+            self.users.append(user)
+
+    # -- moves ----------------------------------------------------------------------------------
+    @rule(max_moves=st.one_of(st.none(), st.integers(0, 3)))
+    def compact(self, max_moves: int | None) -> None:
+        plan = self.a.compact(max_moves)
+        if max_moves is not None:
+            assert len(plan.moves) <= max_moves, f"compact({max_moves}) moved {len(plan.moves)} pages"
+
+    @rule(data=st.data())
+    def relayout(self, data: st.DataObject) -> None:
+        # mostly end-band demand: that is what pushes a float band around
+        demand = self._demand(data, 2)
+        if data.draw(st.booleans(), label="ends_only"):
+            demand = {c: (data.draw(st.integers(1, 6), label="end_pages") if c in (self.a.order[0], self.a.order[-1])
+                          else 0) for c in self.a.order}
+        before = pickle.dumps(self.a)
+        try:
+            self.a.relayout(demand)
+        except (AdmissionRejectedError, InvalidArgumentError) as e:  # no room, or more than fits at all
+            self._rejected_unchanged(before, e)
+
+    # -- data -----------------------------------------------------------------------------------
+    @precondition(lambda self: self.a.v2p)
+    @rule(data=st.data())
+    def write(self, data: st.DataObject) -> None:
+        vid = data.draw(st.sampled_from(self._bound()), label="vid")
+        cls = self.a.v2p[vid][0]
+        entry = data.draw(st.integers(0, entries_per_page(self.a.classes[cls], self.a.config.page_size) - 1))
+        row = data.draw(st.integers(0, len(self.a.layouts[cls].slots) - 1))
+        self.serial += 1
+        tag = self.serial  # unique per write: differs per layer, row and page
+        self.a.write(vid, entry, row, tag)
+        self.expected.setdefault(vid, {})[(entry, row)] = tag
+
+    @precondition(lambda self: self.a.v2p)
+    @rule(data=st.data())
+    def write_page(self, data: st.DataObject) -> None:
+        """Write every row of every entry of one page: a different tag per layer, row and page."""
+        vid = data.draw(st.sampled_from(self._bound()), label="vid")
+        cls = self.a.v2p[vid][0]
+        for entry in range(entries_per_page(self.a.classes[cls], self.a.config.page_size)):
+            for row in range(len(self.a.layouts[cls].slots)):
+                self.serial += 1
+                self.a.write(vid, entry, row, self.serial)
+                self.expected.setdefault(vid, {})[(entry, row)] = self.serial
+
+    # -- error paths: typed error, state bit-identical ------------------------------------------
+    def _expect(self, err: type[ArenaError], fn: Callable[[], object]) -> None:
+        before = pickle.dumps(self.a)
+        try:
+            fn()
+        except err as e:
+            assert e.message, "errors must say what to do"
+            self._rejected_unchanged(before, e)
+        else:
+            raise AssertionError(f"expected {err.__name__}, the operation succeeded")
+
+    @precondition(lambda self: len(self.requests) >= 1 and self.a.v2p)
+    @rule(data=st.data())
+    def double_free(self, data: st.DataObject) -> None:
+        owner = data.draw(st.sampled_from(self.requests), label="owner")
+        mine = {v for vs in self.a.held(owner).values() for v in vs}
+        others = [v for v in self._bound() if v not in mine]
+        if others:
+            vid = data.draw(st.sampled_from(others), label="not_held")
+            self._expect(DoubleFreeError, lambda: self.a.drop(owner, [vid]))
+
+    @rule()
+    def release_unknown(self) -> None:
+        self._expect(ReleaseWithoutAcquireError, lambda: self.a.release("never-acquired"))
+
+    @rule(vid=st.integers(-3, 200))
+    def unknown_page(self, vid: int) -> None:
+        if vid not in self.a.v2p:
+            self._expect(UnknownPageError, lambda: self.a.acquire("u-bad", UserKind.NET_SEND, [vid]))
+
+    @rule(n=st.integers(-3, -1))
+    def negative_demand(self, n: int) -> None:
+        self._expect(InvalidArgumentError, lambda: self.a.admit("r-bad", {self.a.order[0]: n}))
+
+    # -- after every step -----------------------------------------------------------------------
+    @invariant()
+    def invariants_hold(self) -> None:
+        if self.arena is not None:
+            check_all(self.arena)
+
+    @invariant()
+    def data_reads_back(self) -> None:
+        if self.arena is None:
+            return
+        for vid, rows in self.expected.items():
+            assert vid in self.a.v2p, f"page {vid} has expected data but is not bound"
+            for (entry, row), tag in rows.items():
+                got = self.a.read(vid, entry, row)
+                assert got == tag, f"page {vid} entry {entry} row {row} reads {got}, last written {tag}"
+        for vid, (cls, _slot) in self.a.v2p.items():
+            if self.a.classes[cls].kind is Kind.RECURRENT and vid not in self.expected:
+                assert self.a.read(vid, 0, 0) == 0, f"new recurrent slot {vid} is not zeroed"
+
+
+def machine_for(factory: Callable[[ArenaConfig], Arena], name: str = "ArenaMachine") -> type[ArenaMachine]:
+    """The machine over another constructor with the reference's API (a mutant, a wrapper)."""
+    return type(name, (ArenaMachine,), {"factory": staticmethod(factory)})

@@ -1,0 +1,260 @@
+"""Each invariant predicate catches the corruption it exists for (spec/arena.md §Invariants).
+
+Every ``test_<inv>_detects`` builds a valid arena through the public API, checks that the
+predicate accepts it, corrupts the state directly the way the invariant rules out, and asserts
+an ``InvariantViolation`` whose ``.inv`` is the invariant's ID.  The spec's traceability table
+links to these function names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import pytest
+from kvarena.reference.arena import Arena
+from kvarena.reference.invariants import (
+    INVARIANTS,
+    check_all,
+    check_band_order,
+    check_conservation,
+    check_feasibility_floor,
+    check_ledger,
+    check_no_overlap,
+    check_page_atomic,
+    check_vmap,
+)
+from kvarena.reference.split import SplitPools
+from kvarena.spec.errors import InvariantViolation
+from kvarena.spec.models import PRESETS, ArenaConfig, GiB, preset, worst_case_demand
+from kvarena.spec.types import UserKind
+
+CAP = 4096
+PS = 4
+
+
+def make(model: str = "toy-tri", cls: type[Arena] = Arena, capacity: int = CAP) -> Arena:
+    return cls(ArenaConfig(preset(model), capacity=capacity, page_size=PS, max_context_len=16))
+
+
+def populated(cls: type[Arena] = Arena, capacity: int = CAP) -> tuple[Arena, dict]:
+    """A valid arena with pages in every band, an interior hole, a reader, a writer, a withheld
+    slot, a shared page and written content."""
+    a = make(cls=cls, capacity=capacity)
+    r = a.admit("r", {"state": 3, "window": 2, "full": 5}).pages
+    a.share("cache", [r["full"][0]])
+    a.drop("r", [r["full"][2]])  # interior hole in the full band
+    a.acquire("rd", UserKind.FORWARD_READ, [r["full"][1]])
+    a.acquire("wr", UserKind.FORWARD_WRITE, [r["window"][0]])
+    a.acquire("snd", UserKind.NET_SEND, [r["full"][3]])
+    a.drop("r", [r["full"][3]])  # withheld: freed while sent
+    a.write(r["full"][0], 1, 2, 11)
+    a.write(r["state"][0], 0, 1, 12)
+    check_all(a)
+    return a, r
+
+
+def expect(check: Callable[[Arena], None], a: Arena, inv: str, match: str | None = None) -> None:
+    with pytest.raises(InvariantViolation, match=match) as exc:
+        check(a)
+    assert exc.value.inv == inv
+    assert str(exc.value).startswith(f"{inv}: ")
+    assert INVARIANTS[inv] is check
+
+
+def test_invariant_ids() -> None:
+    assert list(INVARIANTS) == ["INV-NO-OVERLAP", "INV-BAND-ORDER", "INV-LEDGER-SAFETY", "INV-PAGE-ATOMIC",
+                                "INV-VMAP-BIJECTIVE", "INV-BYTE-CONSERVATION", "INV-FEASIBILITY-FLOOR"]
+
+
+def test_no_overlap_detects() -> None:
+    """INV-NO-OVERLAP: live / hole / withheld partition each span; bands are disjoint in bytes."""
+    a, r = populated()
+    slot = a.translate(r["full"][4])[1]
+    a.bands["full"].holes.add(slot)  # a live slot that is also a hole
+    expect(check_no_overlap, a, "INV-NO-OVERLAP")
+
+    a, r = populated()
+    a.bands["full"].hi -= 1  # the span no longer covers the top live slot
+    expect(check_no_overlap, a, "INV-NO-OVERLAP")
+
+    a, r = populated()
+    w = a.bands["window"]  # the float slides down onto the state band's bytes
+    shift = w.lo
+    w.live = {s - shift: v for s, v in w.live.items()}
+    w.lo, w.hi = 0, w.hi - shift
+    expect(check_no_overlap, a, "INV-NO-OVERLAP")
+
+
+def test_band_order_detects() -> None:
+    """INV-BAND-ORDER: non-empty spans follow the chain order; the end bands sit on their anchors."""
+    a, _r = populated()
+    s = a.bands["state"]  # the low band leaves byte 0: its pages shift one slot up
+    s.live = {slot + 1: v for slot, v in s.live.items()}
+    s.lo, s.hi = 1, s.hi + 1
+    for slot, v in s.live.items():
+        a.v2p[v] = ("state", slot)
+    a.content = {(("state", k[1] + 1) if k[0] == "state" else k): d for k, d in a.content.items()}
+    check_no_overlap(a)  # still a partition, still disjoint: only the anchoring is broken
+    check_vmap(a)
+    expect(check_band_order, a, "INV-BAND-ORDER", match="left their anchors")
+
+    a, _r = populated()
+    a.bands["full"].hi -= 1  # the high band leaves the top
+    expect(check_band_order, a, "INV-BAND-ORDER")
+
+    a, _r = populated()
+    s = a.bands["state"]  # the low band reaches past the start of the float above it
+    start = s.hi
+    s.hi = a.bands["window"].lo_byte // s.page_bytes + 1
+    s.holes.update(range(start, s.hi))
+    expect(check_band_order, a, "INV-BAND-ORDER", match="above the start of window")
+
+
+def test_ledger_safety_detects() -> None:
+    """INV-LEDGER-SAFETY: a held page is never handed out again, never moves while written;
+    withheld slots have users; use counts match the users."""
+    a, r = populated()
+    b = a.bands["full"]
+    hole = next(iter(b.holes))
+    b.holes.remove(hole)
+    b.withheld.add(hole)  # withheld with no user
+    expect(check_ledger, a, "INV-LEDGER-SAFETY")
+
+    a, r = populated()
+    b = a.bands["full"]
+    wh = next(iter(b.withheld))
+    b.withheld.remove(wh)
+    b.holes.add(wh)  # a slot still being sent, handed back as a hole
+    check_no_overlap(a)
+    expect(check_ledger, a, "INV-LEDGER-SAFETY")
+
+    a, r = populated()
+    a.readers[("full", a.translate(r["full"][0])[1])] += 1  # a count with no user behind it
+    expect(check_ledger, a, "INV-LEDGER-SAFETY")
+
+    a, r = populated()
+    v = r["window"][0]  # the written window page moves to a fresh slot above the float
+    w = a.bands["window"]
+    old = a.translate(v)[1]
+    new = w.hi
+    w.hi += 1
+    w.live[new] = w.live.pop(old)
+    w.withheld.add(old)  # the old slot is correctly withheld: only the move itself is wrong
+    a.v2p[v] = ("window", new)
+    expect(check_ledger, a, "INV-LEDGER-SAFETY", match="while user wr writes it")
+
+    a, r = populated()
+    slot = a.translate(r["full"][1])[1]  # the read slot is rebound to another allocation
+    a.gen[r["full"][1]] += 1000
+    assert a.bands["full"].live[slot] == r["full"][1]
+    expect(check_ledger, a, "INV-LEDGER-SAFETY")
+
+
+def test_page_atomic_detects() -> None:
+    """INV-PAGE-ATOMIC: rows live, move and die with their page."""
+    a, r = populated()
+    hole = next(iter(a.bands["full"].holes))
+    a.content[("full", hole)] = {(0, 0): 1}  # rows left behind at a hole
+    expect(check_page_atomic, a, "INV-PAGE-ATOMIC")
+
+    a, r = populated()
+    a.content[a.translate(r["full"][0])] = {(0, 4): 1}  # row 4 of a 4-row layout
+    expect(check_page_atomic, a, "INV-PAGE-ATOMIC")
+
+    a, r = populated()
+    a.content[a.translate(r["state"][0])] = {(1, 0): 1}  # entry 1 of a one-entry recurrent slot
+    expect(check_page_atomic, a, "INV-PAGE-ATOMIC")
+
+
+def test_vmap_bijective_detects() -> None:
+    """INV-VMAP-BIJECTIVE: v->p and p->v are inverses; owned = bound; refs = owners."""
+    a, r = populated()
+    v1, v2 = r["full"][0], r["full"][4]
+    a.v2p[v1], a.v2p[v2] = a.v2p[v2], a.v2p[v1]  # stale map
+    expect(check_vmap, a, "INV-VMAP-BIJECTIVE")
+
+    a, r = populated()
+    a.refs[r["full"][4]] += 1  # a reference with no owner
+    expect(check_vmap, a, "INV-VMAP-BIJECTIVE")
+
+    a, r = populated()
+    a.owners["r"]["full"].remove(r["full"][4])  # bound, unowned: a leak
+    del a.refs[r["full"][4]]
+    expect(check_vmap, a, "INV-VMAP-BIJECTIVE")
+
+    a, r = populated()
+    a._free_vids.append(r["full"][4])  # an id both free and bound
+    expect(check_vmap, a, "INV-VMAP-BIJECTIVE")
+
+    a, r = populated()
+    s = a.bands["state"]
+    s.live[s.hi] = r["state"][0]  # one virtual page bound to two slots
+    s.hi += 1
+    expect(check_vmap, a, "INV-VMAP-BIJECTIVE")
+
+
+def test_byte_conservation_detects() -> None:
+    """INV-BYTE-CONSERVATION: capacity = live + withheld + holes + gaps + padding, all >= 0."""
+    a, _r = populated()
+    a.bands["full"].holes.add(0)  # a hole counted outside every span: bytes out of thin air
+    expect(check_conservation, a, "INV-BYTE-CONSERVATION")
+
+    a, _r = populated()
+    w = a.bands["window"]  # the float overlaps the high band: a negative gap
+    top_full = a.bands["full"].lo_byte // w.page_bytes
+    w.holes.update(range(w.hi, top_full + 1))
+    w.hi = top_full + 1
+    expect(check_conservation, a, "INV-BYTE-CONSERVATION")
+
+
+def test_feasibility_floor_detects() -> None:
+    """INV-FEASIBILITY-FLOOR: an empty arena of this configuration holds one worst-case request."""
+    a, _r = populated()
+    check_feasibility_floor(a)
+    a.config = dataclasses.replace(a.config, max_context_len=1024)  # 256 full pages on a 16-page grid
+    expect(check_feasibility_floor, a, "INV-FEASIBILITY-FLOOR")
+
+    s, _r = populated(SplitPools, 16384)
+    check_feasibility_floor(s)
+    full = s.bands["full"]
+    need = worst_case_demand(s.config)["full"]
+    full.lo = full.hi - (need - 1)  # the fixed full pool shrinks below one request
+    expect(check_feasibility_floor, s, "INV-FEASIBILITY-FLOOR")
+
+
+# =============================================================================================
+# Fresh arenas of every preset pass every invariant
+
+
+def floor_bytes(config: ArenaConfig) -> int:
+    return sum(n * config.page_bytes(c) for c, n in worst_case_demand(config).items())
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_fresh_presets_pass(name: str) -> None:
+    model = preset(name)
+    probe = ArenaConfig(model, capacity=GiB)
+    capacity = max(100 * GiB, 4 * floor_bytes(probe))  # every preset's worst case is < 11 GiB
+    assert capacity == 100 * GiB
+    for cls in (Arena, SplitPools):
+        a = cls(ArenaConfig(model, capacity=capacity))
+        check_all(a)
+        assert a.used_bytes() == 0 and a.free_bytes() == capacity
+        # and after serving one worst-case request
+        ad = a.admit("worst", worst_case_demand(a.config))
+        assert ad.plan.moves == ()
+        check_all(a)
+        a.free("worst")
+        check_all(a)
+
+
+@pytest.mark.parametrize("name", ["toy-tri", "toy-swa", "toy-state"])
+def test_fresh_toys_pass(name: str) -> None:
+    check_all(make(name))
+    check_all(make(name, SplitPools, 16384))
+
+
+def test_populated_split_pools_pass() -> None:
+    s, _r = populated(SplitPools, 16384)
+    check_all(s)

@@ -1,0 +1,150 @@
+"""Static import rules between the design card's folders, checked with ast (no imports executed).
+
+* spec/        imports nothing from kvarena.* but kvarena.spec;
+* reference/   imports only kvarena.spec and kvarena.reference;
+* spec/ and reference/ never import torch, triton or numpy (the reference needs only the stdlib
+  and sortedcontainers);
+* gpu/         never imports kvarena.reference (it implements the spec, it does not wrap the model);
+* conformance/ may import spec and reference, never kvarena.cli or kvarena.replay;
+* proofs/      may import spec and reference (and itself).
+
+Relative imports are resolved against the file's package, and imports nested inside functions
+count too.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+HEAVY = ("torch", "triton", "numpy")
+
+
+@dataclass(frozen=True)
+class Rule:
+    folder: str  # top-level folder, imported as kvarena.<folder>
+    allowed_kvarena: tuple[str, ...] | None  # kvarena.* prefixes allowed; None: any but `banned`
+    banned: tuple[str, ...] = ()  # module prefixes never allowed
+
+
+RULES = [
+    Rule("spec", allowed_kvarena=("kvarena.spec",), banned=HEAVY),
+    Rule("reference", allowed_kvarena=("kvarena.spec", "kvarena.reference"), banned=HEAVY),
+    Rule("gpu", allowed_kvarena=None, banned=("kvarena.reference",)),
+    Rule("conformance", allowed_kvarena=None, banned=("kvarena.cli", "kvarena.replay")),
+    Rule("proofs", allowed_kvarena=("kvarena.spec", "kvarena.reference", "kvarena.proofs")),
+]
+
+
+def _under(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def imported_modules(source: str, package: str) -> list[tuple[int, str]]:
+    """(line, absolute module) for every import in ``source``, a module of ``package``."""
+    out: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            out.extend((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - (node.level - 1)])
+                mod = f"{base}.{node.module}" if node.module else base
+            else:
+                mod = node.module or ""
+            out.append((node.lineno, mod))
+            # `from kvarena import reference` imports kvarena.reference
+            out.extend((node.lineno, f"{mod}.{alias.name}") for alias in node.names if mod == "kvarena")
+    return out
+
+
+def violations(source: str, package: str, rule: Rule, where: str = "<string>") -> list[str]:
+    bad = []
+    for line, mod in imported_modules(source, package):
+        if any(_under(mod, b) for b in rule.banned):
+            bad.append(f"{where}:{line} imports {mod} (banned in {rule.folder}/)")
+        elif (rule.allowed_kvarena is not None and _under(mod, "kvarena") and mod != "kvarena"
+              and not any(_under(mod, p) for p in rule.allowed_kvarena)):
+            bad.append(f"{where}:{line} imports {mod}; {rule.folder}/ may import only {rule.allowed_kvarena}")
+    return bad
+
+
+def package_of(path: Path, folder: str) -> str:
+    rel = path.relative_to(ROOT / folder).with_suffix("")
+    # the package a module's relative imports resolve against: its folder (also for __init__.py)
+    return ".".join(["kvarena", folder, *rel.parts[:-1]])
+
+
+@pytest.mark.parametrize("rule", RULES, ids=[r.folder for r in RULES])
+def test_import_rules(rule: Rule) -> None:
+    folder = ROOT / rule.folder
+    files = sorted(folder.rglob("*.py"))
+    assert files, f"{rule.folder}/ has no Python files"
+    bad: list[str] = []
+    for f in files:
+        bad += violations(f.read_text(encoding="utf-8"), package_of(f, rule.folder), rule,
+                          str(f.relative_to(ROOT)))
+    assert not bad, "\n".join(bad)
+
+
+def test_reference_and_spec_are_scanned() -> None:
+    """The scan sees real imports (guards against a checker that finds nothing)."""
+    src = (ROOT / "reference" / "arena.py").read_text(encoding="utf-8")
+    mods = {m for _, m in imported_modules(src, "kvarena.reference")}
+    assert "kvarena.spec.errors" in mods and "kvarena.reference.split" in mods  # the second is nested
+
+
+# =============================================================================================
+# The checker catches what it should (negative self-tests on synthetic sources)
+
+BAD_SPEC = """
+import torch
+from kvarena.reference.arena import Arena
+from kvarena import cli
+from ..reference import bands
+from .errors import ArenaError
+
+def f():
+    import numpy as np
+    from triton import language
+"""
+
+
+def test_checker_flags_synthetic_violations() -> None:
+    spec = RULES[0]
+    bad = violations(BAD_SPEC, "kvarena.spec", spec)
+    flagged = {b.split(" imports ")[1].split()[0].rstrip(";") for b in bad}
+    assert flagged == {"torch", "kvarena.reference.arena", "kvarena.cli", "kvarena.reference", "numpy",
+                       "triton"}
+    assert not any("kvarena.spec.errors" in b for b in bad)  # the relative import within spec is fine
+
+
+def test_checker_rules_per_folder() -> None:
+    by = {r.folder: r for r in RULES}
+    assert violations("from kvarena.reference import arena", "kvarena.gpu", by["gpu"])
+    assert not violations("from kvarena.spec import layout\nimport torch", "kvarena.gpu", by["gpu"])
+    assert violations("import kvarena.cli", "kvarena.conformance", by["conformance"])
+    assert violations("from kvarena.replay import run", "kvarena.conformance", by["conformance"])
+    conf = by["conformance"]
+    assert not violations("from kvarena.reference.arena import Arena", "kvarena.conformance", conf)
+    assert violations("from kvarena.gpu import kernels", "kvarena.proofs", by["proofs"])
+    assert not violations("from kvarena.reference import ladder\nfrom . import z", "kvarena.proofs",
+                          by["proofs"])
+    assert violations("import numpy", "kvarena.reference", by["reference"])
+    assert violations("from kvarena.conformance import machine", "kvarena.reference", by["reference"])
+    # relative imports climbing out of the package resolve to the sibling folder
+    assert violations("from ..gpu import x", "kvarena.reference", by["reference"])
+    assert not violations("from ..spec.layout import Kind", "kvarena.reference", by["reference"])
+
+
+def test_relative_import_resolution() -> None:
+    assert imported_modules("from . import a", "kvarena.spec") == [(1, "kvarena.spec")]
+    assert imported_modules("from .b import c", "kvarena.spec") == [(1, "kvarena.spec.b")]
+    assert imported_modules("from ..gpu.k import c", "kvarena.reference") == [(1, "kvarena.gpu.k")]
+    assert package_of(ROOT / "reference" / "arena.py", "reference") == "kvarena.reference"
+    assert package_of(ROOT / "reference" / "__init__.py", "reference") == "kvarena.reference"

@@ -1,0 +1,104 @@
+"""Planted bugs: each is one textual change to the reference that a check must catch.
+
+A mutant names its module, the exact original snippet (which must occur once, so a
+refactor that removes it fails loudly instead of silently retiring the mutant), the
+replacement, and the invariant IDs it is meant to violate.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import sys
+import types
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from unittest import mock
+
+import kvarena.reference.arena as arena_mod
+import kvarena.reference.ladder as ladder_mod
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    module: types.ModuleType
+    original: str
+    replacement: str
+    violates: tuple[str, ...]  # invariant IDs (or "ERROR-CONTRACT" for a missing typed error)
+    why: str
+
+
+MUTANTS: tuple[Mutant, ...] = (
+    Mutant("overlap-off-by-one-frontier", ladder_mod,
+           "fit = min(pages, (gap.top - gap.bot) // v.page_bytes)\n        start = gap.top // v.page_bytes",
+           "fit = min(pages, (gap.top - gap.bot) // v.page_bytes + 1)\n        start = gap.top // v.page_bytes",
+           ("INV-NO-OVERLAP", "INV-BAND-ORDER"),
+           "the high band may grow one page past the gap into its neighbour"),
+    Mutant("band-crossing-float-at-hint", ladder_mod,
+           "s = clamp(hints.get(v.name, 0) // p, s_min, s_max)",
+           "s = hints.get(v.name, 0) // p",
+           ("INV-NO-OVERLAP", "INV-BAND-ORDER"),
+           "an empty float starts at its ratio hint even where a neighbour already is"),
+    Mutant("reuse-withheld-page", arena_mod,
+           "        if self._in_use((band.name, slot)):\n            band.withheld.add(slot)",
+           "        if False:\n            band.withheld.add(slot)",
+           ("INV-LEDGER-SAFETY",),
+           "a freed page still used by a forward pass or copy becomes a reusable hole"),
+    Mutant("move-page-with-writer", arena_mod,
+           "return lambda s: self.writers[(cls, s)] == 0",
+           "return lambda s: True",
+           ("INV-LEDGER-SAFETY",),
+           "compaction moves a page a forward pass or host load is writing"),
+    Mutant("partial-layer-move", arena_mod,
+           "data = self.content.pop((m.cls, m.src), None)",
+           "whole = self.content.get((m.cls, m.src))\n"
+           "        data = dict(list(whole.items())[:1]) if whole else None",
+           ("INV-PAGE-ATOMIC",),
+           "a move copies only the first written row; the other layers stay at the old slot"),
+    Mutant("stale-v2p-after-move", arena_mod,
+           "self.v2p[vid] = (m.cls, m.dst)",
+           "pass",
+           ("INV-VMAP-BIJECTIVE",),
+           "a move does not remap the virtual page, readers follow a stale address"),
+    Mutant("double-free-accepted", arena_mod,
+           "        if missing:\n            raise DoubleFreeError",
+           "        if False:\n            raise DoubleFreeError",
+           ("ERROR-CONTRACT", "INV-VMAP-BIJECTIVE"),
+           "dropping a page the owner does not hold is accepted and decrements another owner's count"),
+    Mutant("relayout-ignores-users", arena_mod,
+           "obstacles = sorted(band.withheld | {s for s in band.live if self._in_use((band.name, s))})",
+           "obstacles = sorted(band.withheld)",
+           ("INV-LEDGER-SAFETY", "INV-NO-OVERLAP"),
+           "relayout moves float pages that a ledger user holds (a reader's withheld slot ends up outside "
+           "the float's span)"),
+)
+
+
+def mutate(m: Mutant) -> types.ModuleType:
+    """A fresh copy of the mutant's module with the one change applied."""
+    source = inspect.getsource(m.module)
+    count = source.count(m.original)
+    if count != 1:
+        raise AssertionError(f"mutant {m.name}: original snippet occurs {count} times in "
+                             f"{m.module.__name__}; update tests/quality/mutants.py to the new code")
+    mod = types.ModuleType(m.module.__name__ + "_mutant_" + m.name.replace("-", "_"))
+    mod.__file__ = m.module.__file__
+    sys.modules[mod.__name__] = mod  # dataclasses resolve string annotations through sys.modules
+    exec(compile(source.replace(m.original, m.replacement), mod.__file__ or "<mutant>", "exec"), mod.__dict__)
+    return mod
+
+
+@contextlib.contextmanager
+def applied(m: Mutant) -> Iterator[Callable]:
+    """Yield an arena constructor with the mutant in place (ladder mutants patch the arena's imports)."""
+    mod = mutate(m)
+    if m.module is arena_mod:
+        yield mod.Arena
+        return
+    patches = [mock.patch.object(arena_mod, name, getattr(mod, name))
+               for name in ("place", "plan_compaction", "plan_float_relayout")]
+    with contextlib.ExitStack() as stack:
+        for p in patches:
+            stack.enter_context(p)
+        yield arena_mod.Arena

@@ -1,0 +1,42 @@
+"""Every planted bug is killed by the conformance machine within the ci profile."""
+
+import pytest
+from hypothesis import Phase, settings
+from hypothesis.stateful import run_state_machine_as_test
+
+from kvarena.conformance.machine import machine_for
+from kvarena.reference.invariants import INVARIANTS
+from tests.quality.mutants import MUTANTS, applied, mutate
+
+# Shrinking is for humans reading a report; a kill only needs the first failure.
+KILL_PHASES = [Phase.explicit, Phase.reuse, Phase.generate]
+
+
+@pytest.mark.quality
+@pytest.mark.parametrize("mutant", MUTANTS, ids=[m.name for m in MUTANTS])
+def test_machine_kills_mutant(mutant) -> None:
+    with applied(mutant) as factory:
+        machine = machine_for(factory, "Mutant_" + mutant.name.replace("-", "_"))
+        with pytest.raises(Exception) as info:  # noqa: B017 - the kind is checked below
+            run_state_machine_as_test(machine, settings=settings(settings(), phases=KILL_PHASES))
+    err = info.value
+    # The kill must come from a check, not from the mutant crashing the harness itself.
+    assert isinstance(err, AssertionError), f"{mutant.name} crashed instead of failing a check: {err!r}"
+    inv = getattr(err, "inv", None)
+    if inv is not None:
+        assert inv in mutant.violates, f"{mutant.name} was caught by {inv}, expected one of {mutant.violates}"
+
+
+def test_mutants_cover_required_bugs() -> None:
+    required = {"overlap", "band-crossing", "reuse-withheld", "move-page-with-writer", "partial-layer",
+                "stale-v2p", "double-free"}
+    names = " ".join(m.name for m in MUTANTS)
+    assert all(r in names for r in required), sorted(r for r in required if r not in names)
+    for m in MUTANTS:
+        assert set(m.violates) <= set(INVARIANTS) | {"ERROR-CONTRACT"}, m.name
+
+
+@pytest.mark.parametrize("mutant", MUTANTS, ids=[m.name for m in MUTANTS])
+def test_mutant_snippet_still_present(mutant) -> None:
+    """A refactor that removes a mutant's snippet must update the mutant, not retire it silently."""
+    mutate(mutant)
