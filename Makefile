@@ -5,6 +5,8 @@ PY := $(VENV)/bin/python
 RUN_STAMP := $(VENV)/.run-stamp
 TEST_STAMP := $(VENV)/.test-stamp
 PYTEST_WORKERS ?= 2
+# `make test` is deterministic everywhere (the derandomized ci profile); `make slow` explores.
+export HYPOTHESIS_PROFILE ?= ci
 
 .PHONY: run test lint fast quality slow vectors clean
 

@@ -14,6 +14,7 @@ import heapq
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 
 from kvarena.reference.bands import Band, BandView, Role
 from kvarena.reference.ladder import Placement, ceil_div, place, plan_compaction, plan_float_relayout
@@ -97,7 +98,7 @@ class Arena:
         self._free_vids: list[int] = []
         self._next_gen = 0
         # owners
-        self.owners: dict[str, dict[str, list[int]]] = {}
+        self.owners: dict[str, dict[str, dict[int, None]]] = {}  # owner -> class -> ordered set of vids
         self.refs: Counter[int] = Counter()
         # ledger
         self.users: dict[str, User] = {}
@@ -140,7 +141,7 @@ class Arena:
         out: dict[str, int] = {}
         for cls, n in demand.items():
             if cls not in self.bands:
-                raise InvalidArgumentError(f"demand names class {cls!r}; this model has {self.order}")
+                raise InvalidArgumentError(f"demand names class {cls!r}; use one of {self.order}")
             if not isinstance(n, int) or isinstance(n, bool) or n < 0:
                 raise InvalidArgumentError(f"demand for {cls!r} must be an int >= 0 pages, got {n!r}")
             band = self.bands[cls]
@@ -152,8 +153,8 @@ class Arena:
                 out[cls] = n
         total = sum(n * self.bands[c].page_bytes for c, n in out.items())
         if total > self.capacity:
-            raise InvalidArgumentError(f"demand of {total} B exceeds the arena's {self.capacity} B; "
-                                       "it can never fit")
+            raise InvalidArgumentError(f"demand of {total} B exceeds the arena's {self.capacity} B and can "
+                                       "never fit; split the request or raise capacity")
         return out
 
     def _check_vids(self, vids: Sequence[int], what: str) -> list[int]:
@@ -166,7 +167,7 @@ class Arena:
                                        "freed); pass only pages returned by admit/extend and still owned")
         return vids
 
-    def _owner(self, owner: str) -> dict[str, list[int]]:
+    def _owner(self, owner: str) -> dict[str, dict[int, None]]:
         try:
             return self.owners[owner]
         except KeyError:
@@ -179,17 +180,18 @@ class Arena:
     def admit(self, owner: str, demand: Mapping[str, int], shared: Sequence[int] = ()) -> Admission:
         """Register ``owner`` with new pages per ``demand`` plus existing ``shared`` pages (prefix hit)."""
         if owner in self.owners:
-            raise DuplicateOwnerError(f"owner {owner!r} already holds pages; use extend() to grow it")
+            raise DuplicateOwnerError(f"owner {owner!r} is already admitted; use extend() to grow it, or "
+                                      "free() it first")
         d = self._check_demand(demand)
         shared = self._check_vids(shared, f"admit({owner!r}) shared")
         plan = self.plan_admission(d)
         pages = self._apply(plan)
-        held: dict[str, list[int]] = {c: [] for c in self.order}
+        held: dict[str, dict[int, None]] = {c: {} for c in self.order}
         for v in shared:
-            held[self.v2p[v][0]].append(v)
+            held[self.v2p[v][0]][v] = None
             self.refs[v] += 1
         for c, vs in pages.items():
-            held[c].extend(vs)
+            held[c].update(dict.fromkeys(vs))
             for v in vs:
                 self.refs[v] += 1
         self.owners[owner] = held
@@ -203,7 +205,7 @@ class Arena:
         plan = self.plan_admission(d)
         pages = self._apply(plan)
         for c, vs in pages.items():
-            held[c].extend(vs)
+            held[c].update(dict.fromkeys(vs))
             for v in vs:
                 self.refs[v] += 1
         return Admission({c: tuple(vs) for c, vs in pages.items()}, plan)
@@ -391,14 +393,14 @@ class Arena:
         vids = self._check_vids(vids, f"share({owner!r})")
         held = self.owners.get(owner)
         if held is not None:
-            dup = [v for v in vids if v in set().union(*map(set, held.values()))]
+            dup = [v for v in vids if v in held[self.v2p[v][0]]]
             if dup:
                 raise InvalidArgumentError(f"share({owner!r}): already holds {dup}; an owner holds a page once")
         else:
-            held = {c: [] for c in self.order}
+            held = {c: {} for c in self.order}
             self.owners[owner] = held
         for v in vids:
-            held[self.v2p[v][0]].append(v)
+            held[self.v2p[v][0]][v] = None
             self.refs[v] += 1
 
     def drop(self, owner: str, vids: Sequence[int]) -> list[int]:
@@ -407,26 +409,25 @@ class Arena:
         vids = list(vids)
         if len(set(vids)) != len(vids):
             raise InvalidArgumentError(f"drop({owner!r}): duplicate ids {sorted(vids)}; name each page once")
-        mine = {v for vs in held.values() for v in vs}
-        missing = [v for v in vids if v not in mine]
+        missing = [v for v in vids if v not in self.v2p or v not in held[self.v2p[v][0]]]
         if missing:
             raise DoubleFreeError(f"drop({owner!r}): owner does not hold {missing} (double free, or another "
                                   "owner's page); drop only pages this owner holds")
-        gone = set(vids)
-        for c in held:
-            held[c] = [v for v in held[c] if v not in gone]
+        for v in vids:
+            del held[self.v2p[v][0]][v]
         return self._unref(vids)
 
     def slide(self, owner: str, cls: str, n: int) -> list[int]:
         """Drop the ``n`` oldest pages of ``cls`` that ``owner`` holds (window pages that slid out)."""
         held = self._owner(owner)
         if cls not in self.bands:
-            raise InvalidArgumentError(f"slide: unknown class {cls!r}; this model has {self.order}")
-        if not isinstance(n, int) or n < 0 or n > len(held[cls]):
+            raise InvalidArgumentError(f"slide: unknown class {cls!r}; use one of {self.order}")
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0 or n > len(held[cls]):
             raise InvalidArgumentError(f"slide({owner!r}, {cls!r}, {n!r}): owner holds {len(held[cls])} "
                                        f"{cls} pages; n must be in [0, {len(held[cls])}]")
-        out = held[cls][:n]
-        held[cls] = held[cls][n:]
+        out = list(islice(held[cls], n))
+        for v in out:
+            del held[cls][v]
         return self._unref(out)
 
     def free(self, owner: str) -> list[int]:
@@ -503,8 +504,8 @@ class Arena:
         n_entries = entries_per_page(self.classes[cls], self.config.page_size)
         n_rows = len(self.layouts[cls].slots)
         if not 0 <= entry < n_entries or not 0 <= row < n_rows:
-            raise InvalidArgumentError(f"page {vid} ({cls}) has entries [0, {n_entries}) and rows "
-                                       f"[0, {n_rows}); got entry {entry}, row {row}")
+            raise InvalidArgumentError(f"page {vid} ({cls}) got entry {entry}, row {row}; pass an entry in "
+                                       f"[0, {n_entries}) and a row in [0, {n_rows})")
         return cls, slot
 
     def write(self, vid: int, entry: int, row: int, tag: int) -> None:
@@ -524,16 +525,24 @@ class Arena:
 
     def compact(self, max_moves: int | None = None) -> Plan:
         """Rung 2 on its own: pack the end bands toward their anchors, at most ``max_moves`` moves."""
-        if max_moves is not None and (not isinstance(max_moves, int) or max_moves < 0):
-            raise InvalidArgumentError(f"compact: max_moves must be None or an int >= 0, got {max_moves!r}")
+        self._check_max_moves(max_moves)
         moves, _ = self._plan_compact_ends([BandView.of(b) for b in self._chain()], max_moves)
         plan = self._plan(Rung.COMPACT if moves else Rung.NONE, moves, Placement())
         self._apply(plan)
         return plan
 
+    @staticmethod
+    def _check_max_moves(max_moves: int | None) -> None:
+        if max_moves is not None and (not isinstance(max_moves, int) or isinstance(max_moves, bool)
+                                      or max_moves < 0):
+            raise InvalidArgumentError(f"compact: max_moves must be None or an int >= 0, got {max_moves!r}")
+
     def relayout(self, demand: Mapping[str, int]) -> Plan:
         """Rung 3 on its own: move float bands to open room for ``demand`` without placing it."""
         d = self._check_demand(demand)
+        floats = [b for b in self._chain()[1:-1] if not b.empty or d.get(b.name)]
+        if not floats:
+            return Plan(Rung.NONE)  # no float band to move
         r = self._plan_relayout([BandView.of(b) for b in self._chain()], d)
         if r is None:
             raise self._rejection(d, Placement(shortfall={c: n for c, n in d.items()}))
@@ -550,17 +559,23 @@ class Arena:
             raise UnknownPageError(f"translate: virtual page {vid} is not bound")
         return self.v2p[vid]
 
+    def _cls(self, cls: str) -> str:
+        if cls not in self.bands:
+            raise InvalidArgumentError(f"unknown class {cls!r}; use one of {self.order}")
+        return cls
+
     def page_offset(self, cls: str, slot: int) -> int:
         """Byte offset of a physical page in the arena."""
-        return slot * self.bands[cls].page_bytes
+        return slot * self.bands[self._cls(cls)].page_bytes
 
     def translate_token(self, cls: str, vtoken: int) -> int:
         """Physical entry index (class-local) of virtual token ``vtoken`` = vpage * page_size + i."""
-        n = entries_per_page(self.classes[cls], self.config.page_size)
+        n = entries_per_page(self.classes[self._cls(cls)], self.config.page_size)
         vid, i = divmod(vtoken, n)
         c, slot = self.translate(vid)
         if c != cls:
-            raise InvalidArgumentError(f"virtual page {vid} is a {c!r} page, not {cls!r}")
+            raise InvalidArgumentError(f"virtual page {vid} is a {c!r} page, not {cls!r}; pass the class "
+                                       "the page belongs to")
         return slot * n + i
 
     def held(self, owner: str) -> dict[str, tuple[int, ...]]:
@@ -583,6 +598,8 @@ class Arena:
                           "withheld": sorted(b.withheld)} for n, b in self.bands.items()},
             "v2p": sorted(self.v2p.items()),
             "owners": {o: {c: list(v) for c, v in h.items()} for o, h in sorted(self.owners.items())},
+            "gen": sorted(self.gen.items()),
+            "next_gen": self._next_gen,
             "refs": sorted(self.refs.items()),
             "users": {u: (x.kind.value, [(h.cls, h.slot, h.vid) for h in x.holds])
                       for u, x in sorted(self.users.items())},

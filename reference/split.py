@@ -109,6 +109,7 @@ class SplitPools(Arena):
         return self._plan(Rung.REUSE, [], fit)
 
     def compact(self, max_moves: int | None = None) -> Plan:
+        self._check_max_moves(max_moves)  # same refusals as the arena; split pools never move
         return Plan(Rung.NONE)
 
     def relayout(self, demand: Mapping[str, int]) -> Plan:

@@ -69,7 +69,7 @@ class StateClass:
         if not self.rows:
             raise ConfigError(f"state class {self.name!r} has no rows; give it at least one layer row")
         if self.kind is Kind.WINDOW and self.window <= 0:
-            raise ConfigError(f"window class {self.name!r} needs window > 0 tokens")
+            raise ConfigError(f"window class {self.name!r} has no window; pass window=<tokens> > 0")
         for row in self.rows:
             if row.dtype not in DTYPE_BYTES:
                 raise ConfigError(f"row {row.part}@L{row.layer}: unknown dtype {row.dtype!r}; "
@@ -91,7 +91,7 @@ class RowSlot:
 
 @dataclass(frozen=True)
 class EntryLayout:
-    """Where each row sits in an entry: layer-major, rows 16 B aligned, entry 32 B aligned."""
+    """Where each row sits in an entry: rows in declaration order, 16 B aligned; entry 32 B aligned."""
 
     cls: StateClass
     slots: tuple[RowSlot, ...]
@@ -107,7 +107,8 @@ class EntryLayout:
 
 
 def entry_layout(cls: StateClass) -> EntryLayout:
-    """Pack the rows of ``cls`` in declaration order (layer-major by construction)."""
+    """Pack the rows of ``cls`` in declaration order (the presets list them layer by layer,
+    except Kimi-K3, whose DSA index rows follow all latent rows)."""
     offset = 0
     slots = []
     for row in cls.rows:

@@ -81,7 +81,7 @@ class ModelSpec:
         for c in self.classes:
             if c.name == name:
                 return c
-        raise ConfigError(f"model {self.name} has no state class {name!r}; it has "
+        raise ConfigError(f"model {self.name} has no state class {name!r}; use one of "
                           f"{[c.name for c in self.classes]}")
 
     def bytes_per_token(self, kind: Kind) -> int:
@@ -156,7 +156,7 @@ class ArenaConfig:
             raise ConfigError(f"capacity {self.capacity} must be > 0 bytes")
         if not 0 < self.swa_full_tokens_ratio <= 1:
             raise ConfigError(f"swa_full_tokens_ratio {self.swa_full_tokens_ratio} must be in (0, 1]")
-        if not 0 < self.mamba_full_memory_ratio:
+        if not self.mamba_full_memory_ratio > 0:
             raise ConfigError(f"mamba_full_memory_ratio {self.mamba_full_memory_ratio} must be > 0")
         if self.context_len <= 0:
             raise ConfigError("max_context_len must be > 0")

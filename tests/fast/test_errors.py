@@ -232,8 +232,7 @@ CASES: list[Case] = [
     Case("slide-str", InvalidArgumentError, lambda a, c: a.slide("r", "window", "1")),
     Case("slide-unknown-class", InvalidArgumentError, lambda a, c: a.slide("r", "nope", 0),
          vague="'slide: unknown class ...; this model has [...]' states no fix"),
-    Case("slide-bool", InvalidArgumentError, lambda a, c: a.slide("r", "window", True),
-         bug="BUG: slide accepts a bool n (True slides one page) although demand rejects bools"),
+    Case("slide-bool", InvalidArgumentError, lambda a, c: a.slide("r", "window", True)),
     # -- rows and entries ---------------------------------------------------------------------
     Case("write-entry-too-big", InvalidArgumentError, lambda a, c: a.write(c["f"][0], PS, 0, 1),
          vague="'page N (full) has entries [0, 4) and rows [0, 4); got ...' names no fix"),
@@ -252,19 +251,16 @@ CASES: list[Case] = [
     Case("compact-negative", InvalidArgumentError, lambda a, c: a.compact(-1)),
     Case("compact-float", InvalidArgumentError, lambda a, c: a.compact(1.0)),
     Case("compact-str", InvalidArgumentError, lambda a, c: a.compact("3")),
-    Case("compact-bool", InvalidArgumentError, lambda a, c: a.compact(True),
-         bug="BUG: compact accepts a bool max_moves (True = one move) although demand rejects bools"),
-    Case("split-compact-negative", InvalidArgumentError, lambda a, c: a.compact(-1), world=busy_split,
-         bug="BUG: SplitPools.compact ignores max_moves (returns Plan(NONE) for -1) where Arena raises "
-             "InvalidArgumentError: the baseline's API must reject the same inputs"),
+    Case("compact-bool", InvalidArgumentError, lambda a, c: a.compact(True)),
+    Case("split-compact-negative", InvalidArgumentError, lambda a, c: a.compact(-1), world=busy_split),
     # -- translation --------------------------------------------------------------------------
     Case("translate-token-wrong-class", InvalidArgumentError,
          lambda a, c: a.translate_token("window", c["f"][0] * PS),
          vague="'virtual page N is a 'full' page, not 'window'' names no fix"),
     Case("translate-token-unknown-class", InvalidArgumentError, lambda a, c: a.translate_token("nope", 0),
-         bug="BUG: translate_token with an unknown class raises a bare KeyError, not an ArenaError"),
+         vague="'unknown class ...; this model has [...]' states no fix"),
     Case("page-offset-unknown-class", InvalidArgumentError, lambda a, c: a.page_offset("nope", 0),
-         bug="BUG: page_offset with an unknown class raises a bare KeyError, not an ArenaError"),
+         vague="'unknown class ...; this model has [...]' states no fix"),
     # -- plan_admission (public, read-only) ---------------------------------------------------
     Case("plan-negative", InvalidArgumentError, lambda a, c: a.plan_admission({"full": -1}),
          bug=PLAN_ADMISSION_BUG),

@@ -464,14 +464,10 @@ def test_relayout_with_nothing_to_move_is_rung_none() -> None:
     check_all(a)
 
 
-@pytest.mark.xfail(strict=True, raises=AdmissionRejectedError,
-                   reason="BUG: Arena.relayout raises AdmissionRejectedError whenever no float band is "
-                          "non-empty or demanded (every two-class model, or an empty float), even for a "
-                          "demand that fits as is and even for {} (then with an empty shortfall and 0 B); "
-                          "SplitPools.relayout and the non-empty-float case return Plan(Rung.NONE)")
 @pytest.mark.parametrize(("model", "demand"), [("toy-state", {"full": 1}), ("toy-tri", {"state": 1}),
                                                ("toy-tri", {})])
 def test_relayout_without_a_float_to_move_is_a_no_op(model: str, demand: dict) -> None:
+    """Regression: relayout used to reject (with an empty shortfall for {}) when no float could move."""
     a = make(model)
     a.admit("r", {"full": 1})
     before = a.snapshot()
@@ -527,6 +523,20 @@ def test_plan_rung3_when_only_moving_the_float_fits() -> None:
     assert ad.plan == plan
     assert a.read(w["window"][1], 0, 0) == 13
     assert a.stats.rung_used[3] == 1 and a.stats.moves[3] == 1
+    check_all(a)
+
+
+def test_plan_rung3_keeps_float_pages_in_use_in_place() -> None:
+    """A float page with a writer is an obstacle: the target span covers it and it does not move."""
+    a, w = _float_in_the_way()
+    a.acquire("fwd", UserKind.FORWARD_WRITE, [w["window"][1]])  # slot 5
+    plan = a.plan_admission({"state": 4})
+    assert plan.rung is Rung.RELAYOUT
+    assert plan.spans == {"window": (5, 7)} and plan.moves == (Move("window", 4, 6),)
+    a.admit("S2", {"state": 4})
+    assert a.translate(w["window"][1]) == ("window", 5)
+    check_all(a)
+    a.release("fwd")
     check_all(a)
 
 

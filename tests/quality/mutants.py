@@ -27,6 +27,7 @@ class Mutant:
     replacement: str
     violates: tuple[str, ...]  # invariant IDs (or "ERROR-CONTRACT" for a missing typed error)
     why: str
+    also: tuple[tuple[str, str], ...] = ()  # further (original, replacement) edits of the same bug
 
 
 MUTANTS: tuple[Mutant, ...] = (
@@ -65,7 +66,8 @@ MUTANTS: tuple[Mutant, ...] = (
            "        if missing:\n            raise DoubleFreeError",
            "        if False:\n            raise DoubleFreeError",
            ("ERROR-CONTRACT", "INV-VMAP-BIJECTIVE"),
-           "dropping a page the owner does not hold is accepted and decrements another owner's count"),
+           "dropping a page the owner does not hold is accepted and decrements another owner's count",
+           also=(("            del held[self.v2p[v][0]][v]", "            held[self.v2p[v][0]].pop(v, None)"),)),
     Mutant("relayout-ignores-users", arena_mod,
            "obstacles = sorted(band.withheld | {s for s in band.live if self._in_use((band.name, s))})",
            "obstacles = sorted(band.withheld)",
@@ -78,14 +80,16 @@ MUTANTS: tuple[Mutant, ...] = (
 def mutate(m: Mutant) -> types.ModuleType:
     """A fresh copy of the mutant's module with the one change applied."""
     source = inspect.getsource(m.module)
-    count = source.count(m.original)
-    if count != 1:
-        raise AssertionError(f"mutant {m.name}: original snippet occurs {count} times in "
-                             f"{m.module.__name__}; update tests/quality/mutants.py to the new code")
+    for original, replacement in ((m.original, m.replacement), *m.also):
+        count = source.count(original)
+        if count != 1:
+            raise AssertionError(f"mutant {m.name}: snippet {original.strip()!r} occurs {count} times in "
+                                 f"{m.module.__name__}; update tests/quality/mutants.py to the new code")
+        source = source.replace(original, replacement)
     mod = types.ModuleType(m.module.__name__ + "_mutant_" + m.name.replace("-", "_"))
     mod.__file__ = m.module.__file__
     sys.modules[mod.__name__] = mod  # dataclasses resolve string annotations through sys.modules
-    exec(compile(source.replace(m.original, m.replacement), mod.__file__ or "<mutant>", "exec"), mod.__dict__)
+    exec(compile(source, mod.__file__ or "<mutant>", "exec"), mod.__dict__)
     return mod
 
 
