@@ -36,6 +36,10 @@ from kvarena.spec.types import Mode, Move, Plan, Rung, UserKind
 PhysPage = tuple[str, int]  # (class name, slot on the class's page grid)
 
 
+def _is_int(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
 @dataclass(frozen=True)
 class Hold:
     """One page a ledger user holds: where it was when acquired, and which allocation it was."""
@@ -184,7 +188,7 @@ class Arena:
                                       "free() it first")
         d = self._check_demand(demand)
         shared = self._check_vids(shared, f"admit({owner!r}) shared")
-        plan = self.plan_admission(d)
+        plan = self._plan_admission(d)
         pages = self._apply(plan)
         held: dict[str, dict[int, None]] = {c: {} for c in self.order}
         for v in shared:
@@ -202,7 +206,7 @@ class Arena:
         """More pages for an existing owner (decode growth)."""
         held = self._owner(owner)
         d = self._check_demand(demand)
-        plan = self.plan_admission(d)
+        plan = self._plan_admission(d)
         pages = self._apply(plan)
         for c, vs in pages.items():
             held[c].update(dict.fromkeys(vs))
@@ -211,8 +215,11 @@ class Arena:
         return Admission({c: tuple(vs) for c, vs in pages.items()}, plan)
 
     def plan_admission(self, demand: Mapping[str, int]) -> Plan:
-        """The ladder (read-only). Raises AdmissionRejectedError with the shortfall if no rung fits."""
-        demand = {c: n for c, n in demand.items() if n}
+        """What admitting ``demand`` would do, without doing it (read-only)."""
+        return self._plan_admission(self._check_demand(demand))
+
+    def _plan_admission(self, demand: dict[str, int]) -> Plan:
+        """The ladder. Raises AdmissionRejectedError with the shortfall if no rung fits."""
         if not demand:
             return Plan(Rung.NONE)
         views = [BandView.of(b) for b in self._chain()]
@@ -255,8 +262,12 @@ class Arena:
 
     # -- rung 2 / rung 3 planning over views ----------------------------------------------------
 
-    def _movable(self, cls: str):
-        return lambda s: self.writers[(cls, s)] == 0
+    def _barrier(self, band: Band) -> int | None:
+        """The farthest slot from the band's anchor that cannot move: withheld, or held by a writer."""
+        pinned = [s for (c, s) in self.writers if c == band.name] + list(band.withheld)
+        if not pinned:
+            return None
+        return max(pinned) if band.role is Role.LOW else min(pinned)
 
     def _has_readers(self, cls: str):
         return lambda s: self.readers[(cls, s)] > 0
@@ -267,7 +278,7 @@ class Arena:
         for i in (0, len(views) - 1):
             band = self.bands[views[i].name]
             left = None if budget is None else budget - len(moves)
-            comp = plan_compaction(band, self._movable(band.name), self._has_readers(band.name), left)
+            comp = plan_compaction(band, self._barrier(band), self._has_readers(band.name), left)
             moves.extend(Move(band.name, s, d) for s, d in comp.moves)
             views[i] = comp.view
         return moves, views
@@ -395,7 +406,8 @@ class Arena:
         if held is not None:
             dup = [v for v in vids if v in held[self.v2p[v][0]]]
             if dup:
-                raise InvalidArgumentError(f"share({owner!r}): already holds {dup}; an owner holds a page once")
+                raise InvalidArgumentError(f"share({owner!r}): already holds {dup}; an owner holds a page once, "
+                                           "so drop it first or pass only pages it does not hold")
         else:
             held = {c: {} for c in self.order}
             self.owners[owner] = held
@@ -503,13 +515,15 @@ class Arena:
         cls, slot = self.v2p[vid]
         n_entries = entries_per_page(self.classes[cls], self.config.page_size)
         n_rows = len(self.layouts[cls].slots)
-        if not 0 <= entry < n_entries or not 0 <= row < n_rows:
+        if not (_is_int(entry) and _is_int(row) and 0 <= entry < n_entries and 0 <= row < n_rows):
             raise InvalidArgumentError(f"page {vid} ({cls}) got entry {entry}, row {row}; pass an entry in "
                                        f"[0, {n_entries}) and a row in [0, {n_rows})")
         return cls, slot
 
     def write(self, vid: int, entry: int, row: int, tag: int) -> None:
         page = self._row_check(vid, entry, row)
+        if not _is_int(tag):
+            raise InvalidArgumentError(f"write: tag must be an int (a content fingerprint), got {tag!r}")
         self.content.setdefault(page, {})[(entry, row)] = tag
 
     def read(self, vid: int, entry: int, row: int) -> int | None:
@@ -556,7 +570,8 @@ class Arena:
 
     def translate(self, vid: int) -> PhysPage:
         if vid not in self.v2p:
-            raise UnknownPageError(f"translate: virtual page {vid} is not bound")
+            raise UnknownPageError(f"translate: virtual page {vid} is not bound; translate only pages returned "
+                                   "by admit/extend and still owned")
         return self.v2p[vid]
 
     def _cls(self, cls: str) -> str:
@@ -566,11 +581,18 @@ class Arena:
 
     def page_offset(self, cls: str, slot: int) -> int:
         """Byte offset of a physical page in the arena."""
-        return slot * self.bands[self._cls(cls)].page_bytes
+        band = self.bands[self._cls(cls)]
+        if not _is_int(slot) or not 0 <= slot < band.top:
+            raise InvalidArgumentError(f"page_offset: slot {slot!r} is off the {cls!r} grid; pass a slot in "
+                                       f"[0, {band.top})")
+        return slot * band.page_bytes
 
     def translate_token(self, cls: str, vtoken: int) -> int:
         """Physical entry index (class-local) of virtual token ``vtoken`` = vpage * page_size + i."""
         n = entries_per_page(self.classes[self._cls(cls)], self.config.page_size)
+        if not _is_int(vtoken) or vtoken < 0:
+            raise InvalidArgumentError(f"translate_token: virtual token {vtoken!r} must be an int >= 0 "
+                                       "(vpage * entries_per_page + i)")
         vid, i = divmod(vtoken, n)
         c, slot = self.translate(vid)
         if c != cls:

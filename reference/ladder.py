@@ -139,13 +139,16 @@ class Compaction:
     view: BandView
 
 
-def plan_compaction(band: Band, movable: Callable[[int], bool], has_readers: Callable[[int], bool],
+def plan_compaction(band: Band, barrier: int | None, has_readers: Callable[[int], bool],
                     budget: int | None = None) -> Compaction:
     """Two-pointer pack of an end band toward its anchor.
 
-    The farthest live movable page goes to the hole nearest the anchor, while
-    that hole is nearer the anchor than the page.  A moved page with readers
-    leaves its old slot withheld, which stops the frontier from retracting past it.
+    The farthest live page goes to the hole nearest the anchor, while that hole is
+    nearer the anchor than the page.  Only pages farther from the anchor than the
+    ``barrier`` (the farthest slot that cannot move: withheld, or held by a writer)
+    are sources: moving a page nearer than the barrier cannot retract the frontier,
+    so it would copy bytes for nothing.  A moved page with readers leaves its old
+    slot withheld; the frontier retracts past it once the readers release.
     """
     assert band.role is not Role.FLOAT
     up = band.role is Role.LOW  # the low band's anchor is slot 0; the high band's is `top`
@@ -160,10 +163,10 @@ def plan_compaction(band: Band, movable: Callable[[int], bool], has_readers: Cal
         if budget is not None and len(moves) >= budget:
             break
         src = None
-        while nearer(hole, cursor):
+        while nearer(hole, cursor) and (barrier is None or nearer(barrier, cursor)):
             s = cursor
             cursor += step
-            if s in band.live and movable(s):
+            if s in band.live:
                 src = s
                 break
         if src is None:

@@ -94,8 +94,7 @@ class SplitPools(Arena):
                     f"split pool {cls!r} holds {band.hi - band.lo} pages but one worst-case request of "
                     f"{self.config.context_len} tokens needs {n}; raise capacity or change the ratio flags")
 
-    def plan_admission(self, demand: Mapping[str, int]) -> Plan:
-        demand = {c: n for c, n in demand.items() if n}
+    def _plan_admission(self, demand: dict[str, int]) -> Plan:
         if not demand:
             return Plan(Rung.NONE)
         fit = Placement()

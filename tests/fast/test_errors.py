@@ -162,10 +162,6 @@ def _demand_cases(name: str, call: Callable[[Arena, dict], object]) -> list[Case
     ]
 
 
-PLAN_ADMISSION_BUG = ("BUG: Arena.plan_admission (public) does not validate its demand: a negative or "
-                      "unknown-class demand returns a REUSE plan, a float or non-mapping raises a bare "
-                      "TypeError/AttributeError, an over-grid demand is AdmissionRejected; admit raises "
-                      "InvalidArgumentError for the same input")
 
 CASES: list[Case] = [
     # -- unknown owner ------------------------------------------------------------------------
@@ -188,16 +184,13 @@ CASES: list[Case] = [
     Case("write-unknown-page", UnknownPageError, lambda a, c: a.write(NEVER, 0, 0, 1)),
     Case("write-freed-page", UnknownPageError, lambda a, c: a.write(c["gone"], 0, 0, 1)),
     Case("read-unknown-page", UnknownPageError, lambda a, c: a.read(c["gone"], 0, 0)),
-    Case("translate-unknown-page", UnknownPageError, lambda a, c: a.translate(NEVER),
-         vague="'translate: virtual page N is not bound' names no fix"),
-    Case("translate-token-unknown-page", UnknownPageError, lambda a, c: a.translate_token("full", NEVER * PS),
-         vague="'translate: virtual page N is not bound' names no fix"),
+    Case("translate-unknown-page", UnknownPageError, lambda a, c: a.translate(NEVER)),
+    Case("translate-token-unknown-page", UnknownPageError, lambda a, c: a.translate_token("full", NEVER * PS)),
     # -- duplicate ids ------------------------------------------------------------------------
     Case("admit-shared-duplicate", InvalidArgumentError,
          lambda a, c: a.admit("n", {"full": 1}, shared=[c["f"][0], c["f"][0]])),
     Case("share-duplicate", InvalidArgumentError, lambda a, c: a.share("new", [c["f"][1], c["f"][1]])),
-    Case("share-already-held", InvalidArgumentError, lambda a, c: a.share("cache", [c["f"][1], c["f"][0]]),
-         vague="'share(...): already holds [...]; an owner holds a page once' names no fix"),
+    Case("share-already-held", InvalidArgumentError, lambda a, c: a.share("cache", [c["f"][1], c["f"][0]])),
     Case("drop-duplicate", InvalidArgumentError, lambda a, c: a.drop("r", [c["f"][1], c["f"][1]])),
     Case("acquire-duplicate", InvalidArgumentError,
          lambda a, c: a.acquire("n", UserKind.FORWARD_READ, [c["f"][0], c["f"][0]])),
@@ -236,9 +229,8 @@ CASES: list[Case] = [
     Case("write-row-too-big", InvalidArgumentError, lambda a, c: a.write(c["f"][0], 0, 4, 1)),
     Case("read-row-negative", InvalidArgumentError, lambda a, c: a.read(c["f"][0], 0, -1)),
     Case("read-state-entry-1", InvalidArgumentError, lambda a, c: a.read(c["s"][0], 1, 0)),
-    Case("write-entry-float", InvalidArgumentError, lambda a, c: a.write(c["f"][0], 1.5, 0, 1),
-         bug="BUG: write accepts a non-int entry (1.5) and stores content under key (1.5, row); "
-             "INV-PAGE-ATOMIC's range check (0 <= 1.5 < n) does not notice"),
+    Case("write-entry-float", InvalidArgumentError, lambda a, c: a.write(c["f"][0], 1.5, 0, 1)),
+    Case("write-tag-str", InvalidArgumentError, lambda a, c: a.write(c["f"][0], 0, 0, "x")),
     # -- compact ------------------------------------------------------------------------------
     Case("compact-negative", InvalidArgumentError, lambda a, c: a.compact(-1)),
     Case("compact-float", InvalidArgumentError, lambda a, c: a.compact(1.0)),
@@ -251,14 +243,10 @@ CASES: list[Case] = [
     Case("translate-token-unknown-class", InvalidArgumentError, lambda a, c: a.translate_token("nope", 0)),
     Case("page-offset-unknown-class", InvalidArgumentError, lambda a, c: a.page_offset("nope", 0)),
     # -- plan_admission (public, read-only) ---------------------------------------------------
-    Case("plan-negative", InvalidArgumentError, lambda a, c: a.plan_admission({"full": -1}),
-         bug=PLAN_ADMISSION_BUG),
-    Case("plan-unknown-class", InvalidArgumentError, lambda a, c: a.plan_admission({"nope": 1}),
-         bug=PLAN_ADMISSION_BUG),
-    Case("plan-float", InvalidArgumentError, lambda a, c: a.plan_admission({"full": 1.5}),
-         bug=PLAN_ADMISSION_BUG),
-    Case("plan-over-grid", InvalidArgumentError, lambda a, c: a.plan_admission({"full": 17}),
-         bug=PLAN_ADMISSION_BUG),
+    Case("plan-negative", InvalidArgumentError, lambda a, c: a.plan_admission({"full": -1})),
+    Case("plan-unknown-class", InvalidArgumentError, lambda a, c: a.plan_admission({"nope": 1})),
+    Case("plan-float", InvalidArgumentError, lambda a, c: a.plan_admission({"full": 1.5})),
+    Case("plan-over-grid", InvalidArgumentError, lambda a, c: a.plan_admission({"full": 17})),
     # -- admission rejected -------------------------------------------------------------------
     Case("admit-rejected", AdmissionRejectedError, lambda a, c: a.admit("n", c["too_much"]),
          world=full_arena),
@@ -347,7 +335,10 @@ def _params(with_vague: bool) -> list:
     for c in CASES:
         if with_vague and c.bug:
             continue
-        reason = c.vague if with_vague else c.bug
+        if with_vague:
+            reason = f"BUG (message names no fix): {c.vague}" if c.vague else None
+        else:
+            reason = c.bug
         marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
         out.append(pytest.param(c, id=c.id, marks=marks))
     return out
