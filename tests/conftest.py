@@ -5,5 +5,5 @@ from kvarena.conformance.profiles import register_profiles
 PROFILE = register_profiles()
 
 
-def pytest_report_header(config):  # noqa: ARG001 - pytest hook signature
+def pytest_report_header(config):
     return f"hypothesis profile: {PROFILE}"
