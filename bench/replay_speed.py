@@ -18,10 +18,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kvarena.spec.models import ArenaConfig, preset
-
 from kvarena.replay import compare
 from kvarena.replay_trace import kv_budget
+from kvarena.spec.models import ArenaConfig, preset
 
 
 def _sh(*cmd: str) -> str:

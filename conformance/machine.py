@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
 from kvarena.reference.arena import Arena
 from kvarena.reference.invariants import check_all
 from kvarena.spec.errors import (

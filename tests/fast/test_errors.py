@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+
 from kvarena.reference.arena import Arena
 from kvarena.reference.invariants import check_all
 from kvarena.reference.split import SplitPools

@@ -12,6 +12,7 @@ import dataclasses
 from collections.abc import Callable
 
 import pytest
+
 from kvarena.reference.arena import Arena
 from kvarena.reference.invariants import (
     INVARIANTS,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
+
 from kvarena.reference.arena import Arena
 from kvarena.reference.invariants import check_all
 from kvarena.reference.split import SplitPools, split_bytes, split_regions

@@ -14,6 +14,7 @@ from __future__ import annotations
 import random
 
 import pytest
+
 from kvarena.reference.arena import Arena
 from kvarena.reference.bands import Role
 from kvarena.reference.invariants import check_all

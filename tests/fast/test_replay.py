@@ -6,12 +6,12 @@ import io
 import json
 
 import pytest
-from kvarena.spec.errors import InvariantViolation
-from kvarena.spec.models import ArenaConfig, preset
 
 from kvarena import replay
 from kvarena.cli import main
 from kvarena.replay_trace import GiB, build_trace, kv_budget
+from kvarena.spec.errors import InvariantViolation
+from kvarena.spec.models import ArenaConfig, preset
 
 SMALL = ["--capacity-gib", "6", "--scale", "0.5", "--check-every", "25", "--quiet"]
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
 from kvarena.reference.invariants import INVARIANTS
 from kvarena.spec import layout, models
 from kvarena.spec.errors import ERROR_CODES

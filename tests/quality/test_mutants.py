@@ -7,9 +7,9 @@ so a kill is reproducible; the nightly run measures kill rates on random seeds i
 import pytest
 from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
+
 from kvarena.conformance.machine import machine_for
 from kvarena.reference.invariants import INVARIANTS
-
 from tests.quality.mutants import MUTANTS, applied, mutate
 
 # Shrinking is for humans reading a report; a kill only needs the first failure.
