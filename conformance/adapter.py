@@ -1,19 +1,39 @@
 """The adapter protocol: what an allocator under test must offer the conformance harness.
 
 It is the reference's public API (spec/arena.md §Operations) plus ``observe()``.
-Virtual page ids are the implementation's own; the harness maps them.  Errors
-must be the classes of ``kvarena.spec.errors`` (compare by class / ``code``).
+Virtual page ids are the implementation's own; the harness maps them to the
+trace's logical page handles.  Errors must be the classes of
+``kvarena.spec.errors`` (compared by class, i.e. by ``code``).
 
-Levels of agreement with the reference (what the lockstep harness compares):
+Levels of agreement with the reference (what the lockstep harness and the vectors compare):
 
-``safety``     invariants of the implementation's own observation + data integrity
-               (every virtual page reads back what was last written to each row)
-``decisions``  + identical admit / reject outcomes and shortfall per class
-``exact``      + identical placement: returned virtual ids, v->p, spans, holes, withheld
+``safety``     the implementation's own observation satisfies the invariants (no overlap, band
+               order, a bijective v->p map with no leaked or lost page, ledger safety, byte
+               conservation, the feasibility floor), every virtual page reads back what was last
+               written to each row, the same pages are freed, and every refusal other than
+               "does not fit" is the same error class, with the observable state unchanged
+``decisions``  + identical admit / extend / relayout outcomes and shortfall per class
+``exact``      + identical placement: returned virtual ids, v->p, spans, holes, withheld (and the
+               plans, when the implementation returns them)
+
+Shapes the harness expects (checked; a wrong shape is an :class:`AdapterError` naming the method):
+
+* ``admit`` / ``extend`` return an object with ``.pages`` (class -> new virtual ids, in order) and,
+  optionally, ``.plan`` (a :class:`kvarena.spec.types.Plan`); a plain mapping class -> ids is accepted;
+* ``drop`` / ``slide`` / ``free`` return the virtual ids freed (a sequence of ints);
+* ``compact`` / ``relayout`` return anything; a Plan-like object (``rung``, ``moves``) is compared at
+  ``exact`` and its ``moves`` checked against ``max_moves`` at every level;
+* ``read`` returns the last tag written (an int), ``0`` for an unwritten recurrent row, ``None`` or
+  anything for an unwritten token row (never checked);
+* ``translate`` returns ``(class, slot)``;
+* ``observe`` returns an :class:`Observation` (or a mapping with its four fields);
+* ``held(owner)`` (optional) returns class -> ids the owner holds, in acquisition order; when present it
+  is compared after every step.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -22,6 +42,18 @@ from kvarena.spec.models import ArenaConfig
 from kvarena.spec.types import Plan, UserKind
 
 LEVELS = ("safety", "decisions", "exact")
+
+REQUIRED_METHODS = ("admit", "extend", "share", "drop", "slide", "free", "acquire", "release", "compact",
+                    "relayout", "write", "read", "translate")
+OPTIONAL_METHODS = ("held", "close")
+
+DEFAULT_IMPL = "kvarena.gpu.allocator:make"  # kvarena's own Torch + Triton implementation
+REFERENCE_ALIAS = "reference"  # ``--impl reference``: the reference itself (a self-test of the harness)
+
+
+class AdapterError(AssertionError):
+    """The implementation does not speak the adapter protocol: a missing method, a wrong return
+    shape, a factory that cannot be imported or raised.  Not a divergence: fix the adapter first."""
 
 
 @dataclass(frozen=True)
@@ -53,6 +85,17 @@ class Allocator(Protocol):
     def write(self, vid: int, entry: int, row: int, tag: int) -> None: ...
     def read(self, vid: int, entry: int, row: int) -> int | None: ...
     def translate(self, vid: int) -> tuple[str, int]: ...
+    def observe(self) -> Observation: ...
+
+
+class Factory(Protocol):
+    """``package.module:factory`` for ``kvarena conform --impl``: builds an allocator for a config."""
+
+    def __call__(self, config: ArenaConfig) -> Allocator: ...
+
+
+# ---------------------------------------------------------------------------------------------
+# Observations
 
 
 def observe_reference(arena: Any) -> Observation:
@@ -65,7 +108,187 @@ def observe_reference(arena: Any) -> Observation:
     )
 
 
-class Factory(Protocol):
-    """``package.module:factory`` for ``kvarena conform --impl``: builds an allocator for a config."""
+_ARENA_ATTRS = ("bands", "v2p", "gen", "owners", "refs", "users", "readers", "writers", "content", "config",
+                "order", "hints", "classes", "layouts", "_free_vids", "ANCHORED_ENDS")
 
-    def __call__(self, config: ArenaConfig) -> Allocator: ...
+
+def arena_like(alloc: Any) -> bool:
+    """True for the reference and its variants (mutants): the reference's invariant predicates apply."""
+    return all(hasattr(alloc, a) for a in _ARENA_ATTRS)
+
+
+def _int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def observe(alloc: Any, order: Sequence[str]) -> Observation:
+    """The implementation's observation, normalized (sorted ints); AdapterError on a wrong shape."""
+    if hasattr(alloc, "observe"):
+        raw = alloc.observe()
+    elif arena_like(alloc):
+        raw = observe_reference(alloc)
+    else:
+        raise AdapterError(f"{type(alloc).__name__} has no observe(); return a "
+                           "kvarena.conformance.adapter.Observation(v2p, spans, holes, withheld)")
+    return as_observation(raw, order)
+
+
+def as_observation(raw: Any, order: Sequence[str]) -> Observation:
+    fields = ("v2p", "spans", "holes", "withheld")
+    if isinstance(raw, Mapping):
+        get = raw.get
+    else:
+        def get(k: str) -> Any:
+            return getattr(raw, k, None)
+    where = "observe()"
+    try:
+        v2p_raw, spans_raw, holes_raw, wh_raw = (get(f) for f in fields)
+        if not all(isinstance(x, Mapping) for x in (v2p_raw, spans_raw, holes_raw, wh_raw)):
+            raise TypeError("every field must be a mapping")
+        v2p: dict[int, tuple[str, int]] = {}
+        for v, page in v2p_raw.items():
+            cls, slot = page
+            if not (_int(v) and isinstance(cls, str) and _int(slot)):
+                raise TypeError(f"v2p[{v!r}] = {page!r}")
+            v2p[int(v)] = (cls, int(slot))
+        spans: dict[str, tuple[int, int]] = {}
+        holes: dict[str, tuple[int, ...]] = {}
+        withheld: dict[str, tuple[int, ...]] = {}
+        for c in order:
+            lo, hi = spans_raw[c]
+            if not (_int(lo) and _int(hi)):
+                raise TypeError(f"spans[{c!r}] = {spans_raw[c]!r}")
+            spans[c] = (int(lo), int(hi))
+            hs = [int(s) for s in holes_raw.get(c, ())]
+            ws = [int(s) for s in wh_raw.get(c, ())]
+            holes[c] = tuple(sorted(hs))
+            withheld[c] = tuple(sorted(ws))
+    except (TypeError, ValueError, KeyError) as e:
+        raise AdapterError(f"{where} returned {raw!r:.300}: expected Observation(v2p={{vid: (class, slot)}}, "
+                           f"spans={{class: (lo, hi)}}, holes={{class: (slot, ...)}}, withheld={{class: (slot, ...)}}) "
+                           f"with every class of {list(order)} ({type(e).__name__}: {e})") from None
+    return Observation(dict(sorted(v2p.items())), spans, holes, withheld)
+
+
+# ---------------------------------------------------------------------------------------------
+# Return shapes
+
+
+def pages_of(result: Any, method: str, order: Sequence[str]) -> dict[str, list[int]]:
+    """class -> new virtual ids from what admit / extend returned (empty classes omitted)."""
+    pages = result.pages if hasattr(result, "pages") else result
+    if not isinstance(pages, Mapping):
+        raise AdapterError(f"{method}() returned {result!r:.200}: expected an object with .pages "
+                           "(class -> new virtual ids), e.g. kvarena.reference.arena.Admission")
+    out: dict[str, list[int]] = {}
+    for c, vs in pages.items():
+        if c not in order:
+            raise AdapterError(f"{method}() returned pages for {c!r}: expected a class of {list(order)}")
+        try:
+            if isinstance(vs, (str, bytes)) or not all(_int(v) or hasattr(v, "item") for v in vs):
+                raise TypeError
+            ids = [int(v) for v in vs]
+        except (TypeError, ValueError):
+            raise AdapterError(f"{method}() returned pages[{c!r}] = {vs!r:.200}: expected virtual ids (ints)") \
+                from None
+        if ids:
+            out[c] = ids
+    return out
+
+
+def plan_of(result: Any) -> dict | None:
+    """A plan (``kvarena.spec.types.Plan`` or anything with ``rung`` and ``moves``) as plain data, or None."""
+    plan = getattr(result, "plan", result)
+    if plan is None or not (hasattr(plan, "rung") and hasattr(plan, "moves")):
+        return None
+    try:
+        return {
+            "rung": int(plan.rung),
+            "moves": [[m.cls, int(m.src), int(m.dst)] for m in plan.moves],
+            "placements": {c: [int(s) for s in ss] for c, ss in dict(getattr(plan, "placements", {})).items() if ss},
+            "spans": {c: [int(t), int(e)] for c, (t, e) in dict(getattr(plan, "spans", {})).items()},
+            "bytes_moved": {str(int(k)): int(v) for k, v in dict(getattr(plan, "bytes_moved", {})).items() if v},
+        }
+    except (TypeError, ValueError, AttributeError) as e:
+        raise AdapterError(f"plan {plan!r:.200} is not a kvarena.spec.types.Plan ({type(e).__name__}: {e})") from None
+
+
+def ids_of(result: Any, method: str) -> list[int]:
+    """The freed virtual ids drop / slide / free returned."""
+    try:
+        if result is None or isinstance(result, (str, bytes, Mapping)) \
+                or not all(_int(v) or hasattr(v, "item") for v in result):
+            raise TypeError
+        return [int(v) for v in result]
+    except (TypeError, ValueError):
+        raise AdapterError(f"{method}() returned {result!r:.200}: expected the freed virtual ids (a list of ints)") \
+            from None
+
+
+def tag_of(result: Any) -> int | None:
+    if result is None:
+        return None
+    if hasattr(result, "item") and not isinstance(result, int):  # a 0-d tensor / numpy scalar
+        result = result.item()
+    if not _int(result):
+        raise AdapterError(f"read() returned {result!r:.100}: expected the tag last written (an int) or None")
+    return int(result)
+
+
+def page_of(result: Any) -> tuple[str, int]:
+    try:
+        cls, slot = result
+        if isinstance(cls, str) and _int(slot):
+            return cls, int(slot)
+    except (TypeError, ValueError):
+        pass
+    raise AdapterError(f"translate() returned {result!r:.100}: expected (class, slot)")
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading and checking an implementation
+
+
+def check_adapter(alloc: Any, order: Sequence[str], where: str = "the allocator") -> None:
+    """Every required method is there and ``order`` is the chain order, or an AdapterError naming what is not."""
+    missing = [m for m in REQUIRED_METHODS if not callable(getattr(alloc, m, None))]
+    if not (callable(getattr(alloc, "observe", None)) or arena_like(alloc)):
+        missing.append("observe")
+    if missing:
+        raise AdapterError(f"{where} ({type(alloc).__name__}) lacks {', '.join(m + '()' for m in missing)}; "
+                           "see kvarena.conformance.adapter.Allocator for the protocol")
+    got = getattr(alloc, "order", None)
+    if got is None:
+        raise AdapterError(f"{where} ({type(alloc).__name__}) has no .order; list the class names in chain order "
+                           f"(here {list(order)})")
+    if list(got) != list(order):
+        raise AdapterError(f"{where}.order is {list(got)}; the chain order (low end first) is {list(order)}")
+
+
+def load_factory(spec: str | None) -> tuple[str, Any]:
+    """``package.module:attr`` (or ``reference``) -> (name, factory). AdapterError when it cannot be loaded."""
+    spec = spec or DEFAULT_IMPL
+    if spec == REFERENCE_ALIAS:
+        from kvarena.reference.arena import Arena
+
+        return REFERENCE_ALIAS, Arena
+    mod_name, sep, attr = spec.partition(":")
+    if not sep or not mod_name or not attr:
+        raise AdapterError(f"--impl {spec!r}: expected package.module:factory (a callable config -> allocator), "
+                           f"or {REFERENCE_ALIAS!r}")
+    try:
+        mod = importlib.import_module(mod_name)
+    except ImportError as e:
+        hint = ""
+        if spec == DEFAULT_IMPL:
+            hint = (" (kvarena's own gpu/ implementation is not there yet, or its dependencies are missing; "
+                    "pass --impl package.module:factory for yours, or --impl reference)")
+        raise AdapterError(f"cannot import {mod_name!r} for --impl {spec!r}: {e}{hint}") from None
+    factory = mod
+    for part in attr.split("."):
+        factory = getattr(factory, part, None)
+        if factory is None:
+            raise AdapterError(f"--impl {spec!r}: module {mod_name!r} has no attribute {attr!r}")
+    if not callable(factory):
+        raise AdapterError(f"--impl {spec!r}: {attr!r} is not callable; it must build an allocator from an ArenaConfig")
+    return spec, factory

@@ -32,6 +32,7 @@ from kvarena.spec.types import UserKind
 NEW_TOKEN_RATIO = (0.7, 0.1, 0.001)  # initial, floor, decay per step
 FWD_REQUESTS = 4  # requests whose pages a simulated forward pass holds in the ledger each step
 DEFAULT_CHECK_EVERY = 200  # steps between full invariant checks (O(arena) each)
+STALL_STEPS = 50_000  # far beyond any request's output plus its wait in the built-in trace
 
 
 @dataclass
@@ -46,6 +47,7 @@ class Metrics:
     rejected_headroom: int = 0  # steps the queue head waited: not enough free pages + decode reserve
     rejected_ladder: int = 0  # steps the queue head waited: the allocator refused (AdmissionRejected)
     retractions: int = 0
+    forward_waits: int = 0  # refused allocations retried after the in-flight forward released its pages
     mean_wait_steps: float = 0.0
     steps: int = 0
     moves: dict[int, int] = field(default_factory=dict)  # rung -> pages moved
@@ -140,6 +142,13 @@ def replay(alloc: Arena, trace: list[Arrival], label: str, check_every: int = DE
         m.retractions += 1
         m.operations += 1
 
+    def settle() -> None:
+        """The forward pass of the last step finishes: its pages may move and be reused again."""
+        for uid in users:
+            alloc.release(uid)
+        m.operations += len(users)
+        users.clear()
+
     def on_grow(r: _Req) -> None:
         while True:
             try:
@@ -147,6 +156,10 @@ def replay(alloc: Arena, trace: list[Arrival], label: str, check_every: int = DE
                 got = alloc.extend(f"r{r.rid}", grow_demand).pages
                 break
             except AdmissionRejectedError:
+                if users:  # wait for the in-flight forward (as SGLang's urgent flush), then retry
+                    settle()
+                    m.forward_waits += 1
+                    continue
                 victim = active[next(reversed(active))]
                 retract(victim)
                 if victim is r:
@@ -182,6 +195,10 @@ def replay(alloc: Arena, trace: list[Arrival], label: str, check_every: int = DE
                 m.operations += 1
                 got = alloc.admit(f"r{r.rid}", demand).pages
             except AdmissionRejectedError:
+                if users:
+                    settle()
+                    m.forward_waits += 1
+                    continue
                 m.rejected_ladder += 1
                 return
             queue.popleft()
@@ -219,7 +236,13 @@ def replay(alloc: Arena, trace: list[Arrival], label: str, check_every: int = DE
             raise ReplayInvariantError(label, step, e) from e
         m.invariant_checks += 1
 
+    stall = (0, 0)  # (completed, step) at the last completion: a livelock guard
     while m.completed < len(reqs):  # one iteration = one scheduler step
+        if m.completed != stall[0]:
+            stall = (m.completed, step)
+        elif step - stall[1] > STALL_STEPS:
+            raise RuntimeError(f"{label}: no request completed in {STALL_STEPS} steps (step {step}, "
+                               f"{len(active)} running, {len(queue)} queued): the scheduler model livelocked")
         if not active and not queue and nxt < len(reqs):
             step = max(step, reqs[nxt].arrival)  # idle: jump to the next arrival
         while nxt < len(reqs) and reqs[nxt].arrival <= step:
@@ -235,12 +258,9 @@ def replay(alloc: Arena, trace: list[Arrival], label: str, check_every: int = DE
                 m.completed += 1
                 m.operations += 1
         admit()
-        # last step's forward pass ran while this step's frees and moves were planned (as with an
-        # overlap scheduler): only now does it let go of its pages, so some were withheld meanwhile
-        for uid in users:
-            alloc.release(uid)
-        m.operations += len(users)
-        users.clear()
+        # last step's forward ran while this step's frees and moves were planned (an overlap
+        # scheduler): it lets go of its pages only now, so pages it held were withheld meanwhile
+        settle()
         if pool:
             forward()
         ratio = max(NEW_TOKEN_RATIO[1], ratio - NEW_TOKEN_RATIO[2])
@@ -285,6 +305,7 @@ def format_table(results: list[Metrics]) -> str:
         ("admission rejections: no headroom", lambda x: f"{x.rejected_headroom:,}"),
         ("admission rejections: ladder", lambda x: f"{x.rejected_ladder:,}"),
         ("retractions (decode out of memory)", lambda x: f"{x.retractions:,}"),
+        ("waits for the forward pass (ledger)", lambda x: f"{x.forward_waits:,}"),
         ("mean queue wait (steps)", lambda x: f"{x.mean_wait_steps:,.1f}"),
         ("steps to drain the trace", lambda x: f"{x.steps:,}"),
         ("rung 2 (compact): placements", lambda x: f"{x.rung_used.get(2, 0):,}"),
@@ -330,6 +351,8 @@ Rows of the table:
   rejections          steps the queue head waited: "no headroom" = free pages short of prompt +
                       reserve; "ladder" = the allocator refused (AdmissionRejected)
   retractions         extends refused during decode
+  waits for forward   refused admit / extend calls that succeeded or failed again once the last
+                      step's forward pass let go of its pages (its ledger users pin them in place)
   mean queue wait     steps from arrival to first admission, over all requests
   rung 2 / rung 3     admit / extend calls placed after compaction / relayout, and pages and bytes moved
   peak utilization    the highest (live + withheld bytes) / capacity seen after any step

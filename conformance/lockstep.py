@@ -1,0 +1,538 @@
+"""Lockstep conformance: the reference and an implementation driven by one Hypothesis state machine.
+
+Every rule draws an operation in handle terms (harness.py) from the reference's state, runs it on
+both allocators through the :class:`~kvarena.conformance.harness.Conductor`, and after every step
+the level's checks run on the implementation:
+
+``safety``     its observation satisfies the invariants (checks.py; plus
+               ``kvarena.reference.invariants`` when it is Arena-like), every written row reads back,
+               freed pages and error classes agree, a refused step leaves it unchanged
+``decisions``  + the same admit / extend / relayout outcomes and shortfalls
+``exact``      + the same virtual ids, v->p, spans, holes, withheld (and plans, if it returns them)
+
+The operation alphabet (:data:`RULES`) is the one of ``conformance/machine.py`` plus every error path,
+and it is shared with the vector generator (vectors.py), which draws from it with a seeded
+``random.Random`` instead of Hypothesis.
+
+    lockstep_for(factory, "decisions")           # a RuleBasedStateMachine class
+    run_lockstep(factory, "exact", settings)     # raises Divergence (an AssertionError) on failure
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar, Protocol
+
+from hypothesis import settings as Settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule, run_state_machine_as_test
+
+from kvarena.conformance.adapter import LEVELS
+from kvarena.conformance.checks import Geometry
+from kvarena.conformance.harness import (
+    CACHE,
+    Conductor,
+    Divergence,
+    LiveReference,
+    Side,
+    config_to_json,
+    construct_pair,
+)
+from kvarena.spec.models import ArenaConfig, preset
+from kvarena.spec.types import UserKind
+
+TOYS = ["toy-tri", "toy-tri", "toy-swa", "toy-state"]  # floats only exist in toy-tri: weight it
+BAD_IDS = ({"vid": -1}, {"vid": -7}, {"vid": 2**31 - 1})  # never bound by any implementation
+KINDS = [k.value for k in UserKind]
+
+
+class Chooser(Protocol):
+    """Where a rule's choices come from: Hypothesis (lockstep) or a seeded Random (vectors)."""
+
+    def integer(self, lo: int, hi: int, label: str) -> int: ...
+    def choice(self, seq: Sequence[Any], label: str) -> Any: ...
+    def subset(self, seq: Sequence[Any], lo: int, hi: int, label: str) -> list: ...
+    def boolean(self, label: str) -> bool: ...
+
+
+class HypothesisChooser:
+    def __init__(self, data: st.DataObject) -> None:
+        self.data = data
+
+    def integer(self, lo: int, hi: int, label: str) -> int:
+        return self.data.draw(st.integers(lo, hi), label=label)
+
+    def choice(self, seq: Sequence[Any], label: str) -> Any:
+        return self.data.draw(st.sampled_from(list(seq)), label=label)
+
+    def subset(self, seq: Sequence[Any], lo: int, hi: int, label: str) -> list:
+        hi = min(hi, len(seq))
+        if hi == 0:
+            return []
+        return self.data.draw(st.lists(st.sampled_from(list(seq)), min_size=min(lo, hi), max_size=hi, unique=True),
+                              label=label)
+
+    def boolean(self, label: str) -> bool:
+        return self.data.draw(st.booleans(), label=label)
+
+
+class RandomChooser:
+    """Deterministic across Python versions: only randrange / random are used."""
+
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+
+    def integer(self, lo: int, hi: int, label: str) -> int:
+        return lo + self.rng.randrange(hi - lo + 1)
+
+    def choice(self, seq: Sequence[Any], label: str) -> Any:
+        seq = list(seq)
+        return seq[self.rng.randrange(len(seq))]
+
+    def subset(self, seq: Sequence[Any], lo: int, hi: int, label: str) -> list:
+        pool = list(seq)
+        hi = min(hi, len(pool))
+        k = self.integer(min(lo, hi), hi, label)
+        return [pool.pop(self.rng.randrange(len(pool))) for _ in range(k)]
+
+    def boolean(self, label: str) -> bool:
+        return self.rng.random() < 0.5
+
+
+# ---------------------------------------------------------------------------------------------
+# Views of the state the rules draw from (the reference's, in handle terms)
+
+
+def requests(c: Conductor) -> list[str]:
+    return [o for o in c.oracle.owners() if o != CACHE]
+
+
+def held_flat(c: Conductor, owner: str) -> list[int]:
+    return [h for hs in c.oracle.held(owner).values() for h in hs]
+
+
+def live(c: Conductor) -> list[int]:
+    return c.oracle.live()
+
+
+def bad_ids(c: Conductor) -> list[Any]:
+    """Ids bound on neither side: never-bound raw ids, and (lockstep only) ids of freed handles."""
+    out: list[Any] = list(BAD_IDS)
+    if getattr(c, "allow_dead", True):
+        ref_bound = c.oracle.arena.v2p
+        imp_bound = c._obs.v2p if c.impl is not None and c._obs is not None else {}
+        for h, v in sorted(c.oracle.h.dead_vid.items())[-4:]:
+            if v not in ref_bound and (c.impl is None or c.impl.h.dead_vid.get(h, -1) not in imp_bound):
+                out.append({"dead": h})
+    return out
+
+
+def _demand(c: Conductor, ch: Chooser, hi: int) -> dict[str, int]:
+    return {k: ch.integer(0, hi, f"pages[{k}]") for k in c.order}
+
+
+def _tag(c: Conductor) -> int:
+    c.serial += 1
+    return c.serial  # unique per write: differs per layer, row and page
+
+
+# ---------------------------------------------------------------------------------------------
+# The alphabet: each rule issues one or more steps through c.run
+
+
+def r_admit(c: Conductor, ch: Chooser) -> None:
+    demand = _demand(c, ch, 3)
+    pages = live(c)
+    shared = ch.subset(pages, 0, 2, "shared") if pages else []
+    c.run("admit", owner=c.fresh("r"), demand=demand, shared=shared)
+
+
+def r_churn(c: Conductor, ch: Chooser) -> None:
+    """Admit k small requests, then free every other one: holes in every band (feeds rungs 2-3)."""
+    k = ch.integer(2, 6, "k")
+    pages = ch.integer(1, 2, "pages")
+    made = []
+    for _ in range(k):
+        owner = c.fresh("c")
+        if not c.run("admit", owner=owner, demand=dict.fromkeys(c.order, pages), shared=[]).ok:
+            break
+        made.append(owner)
+    for owner in made[::2]:
+        c.run("free", owner=owner)
+
+
+def r_squeeze(c: Conductor, ch: Chooser) -> None:
+    """Fill one end with single pages, free every other, then grow the other end until it no longer fits:
+    the holes left behind are only reachable by compaction (rung 2) or by moving a float (rung 3)."""
+    first, second = (c.order[0], c.order[-1]) if ch.boolean("low_first") else (c.order[-1], c.order[0])
+    made = []
+    for _ in range(12):
+        owner = c.fresh("q")
+        if not c.run("admit", owner=owner, demand={first: 1}, shared=[]).ok:
+            break
+        made.append(owner)
+    for owner in made[::2]:
+        c.run("free", owner=owner)
+    pages = ch.integer(1, 2, "pages")
+    for _ in range(12):
+        if not c.run("admit", owner=c.fresh("q"), demand={second: pages}, shared=[]).ok:
+            break
+
+
+def r_extend(c: Conductor, ch: Chooser) -> None:
+    c.run("extend", owner=ch.choice(requests(c), "owner"), demand=_demand(c, ch, 2))
+
+
+def r_slide(c: Conductor, ch: Chooser) -> None:
+    owner = ch.choice(requests(c), "owner")
+    cls = ch.choice(c.order, "cls")
+    c.run("slide", owner=owner, cls=cls, n=ch.integer(0, len(c.oracle.held(owner)[cls]), "n"))
+
+
+def r_free(c: Conductor, ch: Chooser) -> None:
+    c.run("free", owner=ch.choice(requests(c), "owner"))
+
+
+def r_drop_some(c: Conductor, ch: Chooser) -> None:
+    owner = ch.choice(requests(c), "owner")
+    mine = held_flat(c, owner)
+    if mine:
+        c.run("drop", owner=owner, pages=ch.subset(mine, 1, 2, "pages"))
+
+
+def r_cache_insert(c: Conductor, ch: Chooser) -> None:
+    cached = set(held_flat(c, CACHE)) if CACHE in c.oracle.owners() else set()
+    fresh = [h for h in live(c) if h not in cached]
+    if fresh:
+        c.run("share", owner=CACHE, pages=ch.subset(fresh, 1, 3, "pages"))
+
+
+def r_cache_evict(c: Conductor, ch: Chooser) -> None:
+    cached = held_flat(c, CACHE)
+    if cached:
+        c.run("drop", owner=CACHE, pages=ch.subset(cached, 1, len(cached), "pages"))
+
+
+def r_acquire(c: Conductor, ch: Chooser) -> None:
+    # class first, then its pages: small bands (a float) get users as often as big ones
+    by_cls: dict[str, list[int]] = {}
+    for h in live(c):
+        by_cls.setdefault(c.oracle.cls_of(h), []).append(h)
+    cls = ch.choice(sorted(by_cls), "cls")
+    c.run("acquire", user=c.fresh("u"), kind=ch.choice(KINDS, "kind"), pages=ch.subset(by_cls[cls], 1, 3, "pages"))
+
+
+def r_release(c: Conductor, ch: Chooser) -> None:
+    c.run("release", user=ch.choice(list(c.users), "user"))
+
+
+def r_moves_under_forward(c: Conductor, ch: Chooser) -> None:
+    """A forward pass holds one request's pages while the arena compacts or relayouts
+    (the race SGLang guards with move gates, sglang #39982)."""
+    owner = ch.choice(requests(c), "owner")
+    kind = ch.choice([UserKind.FORWARD_READ.value, UserKind.FORWARD_WRITE.value], "kind")
+    relayout = ch.boolean("relayout")
+    release = ch.boolean("release")
+    pages = held_flat(c, owner)
+    if not pages:
+        return
+    user = c.fresh("fwd")
+    c.run("acquire", user=user, kind=kind, pages=pages)
+    if relayout:
+        c.run("relayout", demand=_demand(c, ch, 2))
+    else:
+        c.run("compact", max_moves=None)
+    if release:
+        c.run("release", user=user)
+
+
+def r_compact(c: Conductor, ch: Chooser) -> None:
+    c.run("compact", max_moves=ch.choice([None, 0, 1, 2, 3], "max_moves"))
+
+
+def r_relayout(c: Conductor, ch: Chooser) -> None:
+    # mostly end-band demand: that is what pushes a float band around
+    demand = _demand(c, ch, 2)
+    if ch.boolean("ends_only"):
+        ends = (c.order[0], c.order[-1])
+        demand = {k: (ch.integer(1, 4, "end_pages") if k in ends else 0) for k in c.order}
+    c.run("relayout", demand=demand)
+
+
+def r_write(c: Conductor, ch: Chooser) -> None:
+    """Write one to three rows of one page (a different tag each)."""
+    h = ch.choice(live(c), "page")
+    cls = c.oracle.cls_of(h)
+    for _ in range(ch.integer(1, 3, "rows")):
+        c.run("write", page=h, entry=ch.integer(0, c.geo.entries[cls] - 1, "entry"),
+              row=ch.integer(0, c.geo.rows[cls] - 1, "row"), tag=_tag(c))
+
+
+def r_write_page(c: Conductor, ch: Chooser) -> None:
+    """Write every row of every entry of one page: a different tag per layer, row and page."""
+    h = ch.choice(live(c), "page")
+    cls = c.oracle.cls_of(h)
+    for entry in range(c.geo.entries[cls]):
+        for row in range(c.geo.rows[cls]):
+            c.run("write", page=h, entry=entry, row=row, tag=_tag(c))
+
+
+def r_read(c: Conductor, ch: Chooser) -> None:
+    h = ch.choice(live(c), "page")
+    cls = c.oracle.cls_of(h)
+    c.run("read", page=h, entry=ch.integer(0, c.geo.entries[cls] - 1, "entry"),
+          row=ch.integer(0, c.geo.rows[cls] - 1, "row"))
+
+
+def r_translate(c: Conductor, ch: Chooser) -> None:
+    c.run("translate", page=ch.choice(live(c), "page"))
+
+
+# -- error paths (the reference says which error; the harness compares) ------------------------
+
+
+def r_double_free(c: Conductor, ch: Chooser) -> None:
+    """Drop a page the owner does not hold: another owner's, a freed one, or a never-bound id (sglang §8.4)."""
+    owner = ch.choice(requests(c), "owner")
+    mine = set(held_flat(c, owner))
+    others: list[Any] = [h for h in live(c) if h not in mine]
+    c.run("drop", owner=owner, pages=[ch.choice(others + bad_ids(c), "not_held")])
+
+
+def r_release_unknown(c: Conductor, ch: Chooser) -> None:
+    released = [s["args"]["user"] for s in c.steps[-200:] if s.get("op") == "release"
+                and "returns" in s["expect"] and s["args"]["user"] not in c.users]
+    c.run("release", user=ch.choice(["never-acquired", *released[-3:]], "user"))
+
+
+def r_unknown_page(c: Conductor, ch: Chooser) -> None:
+    """An unbound id anywhere an id is taken: an error, never the shared sink page (sglang §8.8)."""
+    bad = ch.choice(bad_ids(c), "bad")
+    op = ch.choice(["acquire", "share", "write", "read", "translate", "admit"], "op")
+    if op == "acquire":
+        c.run("acquire", user=c.fresh("u"), kind=ch.choice(KINDS, "kind"), pages=[bad])
+    elif op == "share":
+        c.run("share", owner=CACHE, pages=[bad])
+    elif op == "write":
+        c.run("write", page=bad, entry=0, row=0, tag=_tag(c))
+    elif op == "read":
+        c.run("read", page=bad, entry=0, row=0)
+    elif op == "translate":
+        c.run("translate", page=bad)
+    else:
+        c.run("admit", owner=c.fresh("r"), demand={c.order[-1]: 1}, shared=[bad])
+
+
+def r_bad_demand(c: Conductor, ch: Chooser) -> None:
+    """Malformed demands: negative, an unknown class, more pages or bytes than the whole arena."""
+    how = ch.choice(["negative", "unknown-class", "too-many-pages", "too-many-bytes"], "how")
+    low, high = c.order[0], c.order[-1]
+    demand: dict[str, Any] = {
+        "negative": {low: -ch.integer(1, 3, "n")},
+        "unknown-class": {"nope": 1},
+        "too-many-pages": {high: c.geo.top[high] + 1},
+        "too-many-bytes": {low: c.geo.top[low], high: c.geo.top[high]},
+    }[how]
+    ops = ["admit", "relayout"] + (["extend"] if requests(c) else [])
+    op = ch.choice(ops, "op")
+    if op == "admit":
+        c.run("admit", owner=c.fresh("r"), demand=demand, shared=[])
+    elif op == "extend":
+        c.run("extend", owner=ch.choice(requests(c), "owner"), demand=demand)
+    else:
+        c.run("relayout", demand=demand)
+
+
+def r_duplicate_owner(c: Conductor, ch: Chooser) -> None:
+    c.run("admit", owner=ch.choice(c.oracle.owners(), "owner"), demand={c.order[-1]: 1}, shared=[])
+
+
+def r_unknown_owner(c: Conductor, ch: Chooser) -> None:
+    op = ch.choice(["extend", "drop", "slide", "free"], "op")
+    args: dict[str, Any] = {"extend": {"demand": {c.order[-1]: 1}}, "drop": {"pages": []},
+                            "slide": {"cls": c.order[0], "n": 0}, "free": {}}[op]
+    c.run(op, owner="ghost", **args)
+
+
+def r_duplicate_user(c: Conductor, ch: Chooser) -> None:
+    pages = live(c)
+    c.run("acquire", user=ch.choice(list(c.users), "user"), kind=ch.choice(KINDS, "kind"),
+          pages=ch.subset(pages, 0, 1, "pages"))
+
+
+def r_bad_arguments(c: Conductor, ch: Chooser) -> None:
+    """Malformed arguments of every other kind (InvalidArgument), each only where it applies."""
+    pages = live(c)
+    owners = requests(c)
+    cases = ["compact-negative", "acquire-bad-kind", "slide-unknown-class"]
+    if pages:
+        cases += ["acquire-duplicate", "share-duplicate", "write-bad-row", "read-bad-entry"]
+    if owners:
+        cases += ["slide-too-many"]
+        if any(held_flat(c, o) for o in owners):
+            cases += ["drop-duplicate"]
+    if CACHE in c.oracle.owners() and held_flat(c, CACHE):
+        cases += ["share-already-held"]
+    case = ch.choice(cases, "case")
+    if case == "compact-negative":
+        c.run("compact", max_moves=-ch.integer(1, 2, "n"))
+    elif case == "acquire-bad-kind":
+        c.run("acquire", user=c.fresh("u"), kind="bogus", pages=ch.subset(pages, 0, 1, "pages"))
+    elif case == "slide-unknown-class":
+        c.run("slide", owner=ch.choice(owners or ["ghost"], "owner"), cls="nope", n=0)
+    elif case == "acquire-duplicate":
+        h = ch.choice(pages, "page")
+        c.run("acquire", user=c.fresh("u"), kind=ch.choice(KINDS, "kind"), pages=[h, h])
+    elif case == "share-duplicate":
+        h = ch.choice(pages, "page")
+        c.run("share", owner=c.fresh("s"), pages=[h, h])
+    elif case in ("write-bad-row", "read-bad-entry"):
+        h = ch.choice(pages, "page")
+        cls = c.oracle.cls_of(h)
+        entry, row = (0, c.geo.rows[cls]) if case == "write-bad-row" else (c.geo.entries[cls], 0)
+        if ch.boolean("negative"):
+            entry, row = (0, -1) if case == "write-bad-row" else (-1, 0)
+        if case == "write-bad-row":
+            c.run("write", page=h, entry=entry, row=row, tag=_tag(c))
+        else:
+            c.run("read", page=h, entry=entry, row=row)
+    elif case == "slide-too-many":
+        owner = ch.choice(owners, "owner")
+        cls = ch.choice(c.order, "cls")
+        c.run("slide", owner=owner, cls=cls, n=len(c.oracle.held(owner)[cls]) + ch.integer(1, 2, "over"))
+    elif case == "drop-duplicate":
+        owner = ch.choice([o for o in owners if held_flat(c, o)], "owner")
+        h = ch.choice(held_flat(c, owner), "page")
+        c.run("drop", owner=owner, pages=[h, h])
+    else:  # share-already-held
+        c.run("share", owner=CACHE, pages=[ch.choice(held_flat(c, CACHE), "page")])
+
+
+def _has_requests(c: Conductor) -> bool:
+    return bool(requests(c))
+
+
+def _has_pages(c: Conductor) -> bool:
+    return bool(c.oracle.live())
+
+
+# name -> (precondition or None, rule, weight for the vector generator)
+RULES: dict[str, tuple[Callable[[Conductor], bool] | None, Callable[[Conductor, Chooser], None], int]] = {
+    "admit": (None, r_admit, 8),
+    "churn": (None, r_churn, 3),
+    "squeeze": (None, r_squeeze, 2),
+    "extend": (_has_requests, r_extend, 5),
+    "slide": (_has_requests, r_slide, 3),
+    "free": (_has_requests, r_free, 4),
+    "drop_some": (_has_requests, r_drop_some, 3),
+    "cache_insert": (_has_pages, r_cache_insert, 3),
+    "cache_evict": (lambda c: CACHE in c.oracle.owners(), r_cache_evict, 2),
+    "acquire": (_has_pages, r_acquire, 4),
+    "release": (lambda c: bool(c.users), r_release, 4),
+    "moves_under_forward": (_has_requests, r_moves_under_forward, 3),
+    "compact": (None, r_compact, 3),
+    "relayout": (None, r_relayout, 3),
+    "write": (_has_pages, r_write, 4),
+    "write_page": (_has_pages, r_write_page, 2),
+    "read": (_has_pages, r_read, 3),
+    "translate": (_has_pages, r_translate, 2),
+    "double_free": (_has_requests, r_double_free, 1),
+    "release_unknown": (None, r_release_unknown, 1),
+    "unknown_page": (None, r_unknown_page, 1),
+    "bad_demand": (None, r_bad_demand, 1),
+    "duplicate_owner": (lambda c: bool(c.oracle.owners()), r_duplicate_owner, 1),
+    "unknown_owner": (None, r_unknown_owner, 1),
+    "duplicate_user": (lambda c: bool(c.users), r_duplicate_user, 1),
+    "bad_arguments": (None, r_bad_arguments, 1),
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Starting a pair
+
+
+def start(factory: Callable[[ArenaConfig], Any] | None, model: str, capacity: int, page_size: int,
+          level: str = "exact", deep: bool = True, max_context_len: int | None = 16, step: int = 256,
+          **config_kwargs: Any) -> Conductor:
+    """A conductor on the smallest capacity >= ``capacity`` (in ``step`` increments) that both sides build;
+    the implementation must refuse exactly the configurations the reference refuses (below ``exact``,
+    at ``safety``, it may refuse more)."""
+    spec = preset(model)
+    for _ in range(64):
+        config = ArenaConfig(spec, capacity, page_size=page_size, max_context_len=max_context_len, **config_kwargs)
+        if factory is None:
+            try:
+                oracle = LiveReference(config)
+            except Exception:  # CapacityTooSmallError: try a larger arena
+                capacity += step
+                continue
+            return Conductor(Geometry.of(config), oracle, config_json=config_to_json(config))
+        ref, imp = construct_pair(factory, config, level)
+        if ref is not None and imp is not None:
+            geo = Geometry.of(config)
+            return Conductor(geo, LiveReference(config, arena=ref), Side(imp, geo), level=level, deep=deep,
+                             factory=factory, config_json=config_to_json(config))
+        capacity += step
+    raise Divergence(f"no capacity up to {capacity} B of {model} is built by both the reference and the "
+                     "implementation (the implementation refuses them all)")
+
+
+# ---------------------------------------------------------------------------------------------
+# The Hypothesis machine
+
+
+def _as_rule(name: str) -> Any:
+    pre, fn, _w = RULES[name]
+
+    def method(self: LockstepMachine, data: st.DataObject) -> None:
+        fn(self.c, HypothesisChooser(data))
+
+    method.__name__ = name
+    method.__doc__ = fn.__doc__
+    r = rule(data=st.data())(method)
+    if pre is not None:
+        r = precondition(lambda self: self.c is not None and pre(self.c))(r)
+    return r
+
+
+class LockstepMachine(RuleBasedStateMachine):
+    """The reference and ``factory``'s allocator in lockstep, compared at ``level`` after every step."""
+
+    factory: ClassVar[Callable[[ArenaConfig], Any] | None] = None
+    level: ClassVar[str] = "exact"
+    deep: ClassVar[bool] = True  # run kvarena.reference.invariants too when the implementation is Arena-like
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.c: Conductor | None = None
+
+    @initialize(model=st.sampled_from(TOYS), extra=st.integers(0, 12), page_size=st.sampled_from([2, 4]))
+    def setup(self, model: str, extra: int, page_size: int) -> None:
+        cls = type(self)
+        if cls.factory is None:
+            raise TypeError("LockstepMachine needs a factory: use lockstep_for(factory, level)")
+        self.c = start(cls.factory, model, 2400 + 128 * extra, page_size, cls.level, cls.deep)
+
+    def teardown(self) -> None:
+        if self.c is not None and self.c.impl is not None:
+            self.c.impl.close()
+
+
+for _name in RULES:
+    setattr(LockstepMachine, _name, _as_rule(_name))
+
+
+def lockstep_for(factory: Callable[[ArenaConfig], Any], level: str = "exact", deep: bool = True,
+                 name: str | None = None) -> type[LockstepMachine]:
+    """The lockstep machine class for ``factory`` (config -> allocator) at ``level``."""
+    if level not in LEVELS:
+        raise ValueError(f"level {level!r}: choose one of {LEVELS}")
+    cls_name = name or f"Lockstep_{level}"
+    return type(cls_name, (LockstepMachine,), {"factory": staticmethod(factory), "level": level, "deep": deep})
+
+
+def run_lockstep(factory: Callable[[ArenaConfig], Any], level: str = "exact", settings: Settings | None = None,
+                 deep: bool = True) -> None:
+    """Run the lockstep machine; raises (a Divergence, an AdapterError) on the first shrunk failure."""
+    run_state_machine_as_test(lockstep_for(factory, level, deep), settings=settings)

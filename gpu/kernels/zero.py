@@ -1,0 +1,109 @@
+"""Page zeroing: clear every byte of whole pages, a batch per launch.
+
+A new recurrent slot must read as zeroed state (spec/arena.md §Refinements 7: SGLang's mamba slot allocator
+does not clear it). The allocator zeroes each recurrent page it binds; token pages are not zeroed (an unwritten
+token row reads ``None``, so no kernel may depend on it). Same addressing as the move kernel: page ``slot`` of
+a class is words ``[slot * page_words, (slot + 1) * page_words)`` of the arena viewed as int64.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import triton
+import triton.language as tl
+
+from kvarena.gpu.kernels import Path, as_index, device_time, use_triton
+from kvarena.gpu.kernels.move import default_config
+from kvarena.spec.errors import PlanError
+
+
+@triton.jit
+def zero_pages_kernel(
+    words_ptr,  # *int64: the arena as 8-byte words
+    slots_ptr,  # *int64 [n]: pages to clear (slots on the class's page grid)
+    page_words,  # words per page
+    chunks,  # programs per page: cdiv(page_words, BLOCK)
+    BLOCK: tl.constexpr,  # words one program clears
+):
+    pid = tl.program_id(0).to(tl.int64)
+    page = tl.load(slots_ptr + pid // chunks)
+    offs = (pid % chunks) * BLOCK + tl.arange(0, BLOCK)
+    zeros = tl.zeros([BLOCK], dtype=tl.int64)
+    tl.store(words_ptr + page * page_words + offs, zeros, mask=offs < page_words)
+
+
+def launch(words: torch.Tensor, slots: torch.Tensor, page_words: int, block: int | None = None,
+           num_warps: int | None = None) -> None:
+    """The kernel alone: ``slots`` is an int64 tensor on the arena's device."""
+    n = slots.numel()
+    if n == 0:
+        return
+    b, w = default_config(page_words, words.is_cuda)
+    block, num_warps = block or b, num_warps or w
+    chunks = triton.cdiv(page_words, block)
+    zero_pages_kernel[(n * chunks,)](words, slots, page_words, chunks, BLOCK=block, num_warps=num_warps)
+
+
+def zero_pages(words: torch.Tensor, slots: Sequence[int], page_bytes: int, *, path: Path = "auto") -> None:
+    """Clear pages ``slots`` of a class whose pages are ``page_bytes`` long, in ``words`` (the arena as int64)."""
+    assert words.dtype == torch.int64 and words.dim() == 1
+    slots = [int(s) for s in slots]
+    if page_bytes <= 0 or page_bytes % 8:
+        raise PlanError(f"page of {page_bytes} B is not a positive multiple of 8 B")
+    page_words = page_bytes // 8
+    n_pages = words.numel() // page_words
+    bad = [s for s in slots if not 0 <= s < n_pages]
+    if bad:
+        raise PlanError(f"pages {sorted(set(bad))[:8]} are outside the grid of {n_pages} pages")
+    if not slots:
+        return
+    idx = as_index(slots, words.device)
+    if use_triton(zero_pages_kernel, words, path):
+        launch(words, idx, page_words)
+    else:
+        words[: n_pages * page_words].view(n_pages, page_words)[idx] = 0
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def check(device: str | torch.device = "cpu", *, path: Path = "auto", page_bytes: int = 40 * 8,
+          n_pages: int = 20, n_zero: int = 6, guard_words: int = 64, seed: int | None = None) -> None:
+    """Zero random pages of random words; every other word (guards included) must be unchanged."""
+    g = torch.Generator().manual_seed(seed if seed is not None else torch.seed() % 2**31)
+    pw = page_bytes // 8
+    full = torch.randint(-2**63, 2**63 - 1, (guard_words + n_pages * pw + guard_words,), dtype=torch.int64,
+                         generator=g)
+    full[full == 0] = 1  # a zero already there would hide a skipped word
+    slots = torch.randperm(n_pages, generator=g)[:n_zero].tolist()
+    want = full.clone()
+    for s in slots:
+        want[guard_words + s * pw: guard_words + (s + 1) * pw] = 0
+    got = full.to(device)
+    zero_pages(got[guard_words:guard_words + n_pages * pw], slots, page_bytes, path=path)
+    got = got.cpu()
+    diff = (got != want).nonzero().flatten()
+    assert diff.numel() == 0, f"{diff.numel()} words differ from the torch reference, first {diff[:4].tolist()} " \
+                              f"(guards are words < {guard_words} and >= {guard_words + n_pages * pw})"
+
+
+def bench(device: str | torch.device, sizes: Sequence[int], *, page_bytes: int = 1 << 20,
+          reps: int = 20) -> list[dict]:
+    """Per size (bytes): the kernel and torch index-fill on scattered pages, in seconds."""
+    device = torch.device(device)
+    pw = page_bytes // 8
+    out = []
+    for size in sizes:
+        n = max(1, size // page_bytes)
+        words = torch.randint(1, 2**62, (2 * n * pw,), dtype=torch.int64, device=device)
+        slots = torch.randperm(2 * n, device=device)[:n].contiguous()
+        launch(words, slots, pw)
+        assert int(words.view(2 * n, pw)[slots].abs().sum()) == 0, "zero kernel left bytes behind"
+        t_kernel = device_time(lambda: launch(words, slots, pw), device, reps=reps)
+        pages = words.view(2 * n, pw)
+        t_torch = device_time(lambda: pages.index_fill_(0, slots, 0), device, reps=reps)
+        out.append({"bytes": n * page_bytes, "pages": n, "kernel_s": t_kernel, "torch_s": t_torch})
+        del words, slots, pages
+    return out

@@ -1,0 +1,461 @@
+"""Host planner: bands of pages and the admission ladder (spec/arena.md §State, §Admission ladder).
+
+Pure Python on the host: deciding *where* pages go is branchy, sequential and small (pages, not bytes), so it
+runs on the CPU and only its result travels to the device. Plans are read-only; ``allocator.py`` applies a
+complete plan to the bands here and to the device (bytes and tables) afterwards, so a rejected admission
+changes nothing.
+
+Every rule below is the spec's, to the slot: the conformance target is ``exact`` (same placements, moves,
+virtual ids, spans, holes and withheld slots as the reference), so there is no freedom in *what* is decided,
+only in how it is computed.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from itertools import chain as concat
+from itertools import islice
+
+from sortedcontainers import SortedList
+
+from kvarena.spec.errors import AdmissionRejectedError
+from kvarena.spec.layout import Kind, entry_layout
+from kvarena.spec.models import ArenaConfig, chain
+from kvarena.spec.types import Move, Plan, Rung
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def clamp(x: int, lo: int, hi: int) -> int:
+    return max(lo, min(x, hi))
+
+
+class Role(str, Enum):
+    LOW = "low"  # first in the chain: span [0, hi), anchored at byte 0
+    FLOAT = "float"  # between the ends; empty floats are parked at (0, 0)
+    HIGH = "high"  # last in the chain: span [lo, top), anchored at its grid's top
+
+
+class Band:
+    """One class's span ``[lo, hi)`` of slots on its page grid; every slot in it is live, a hole or withheld."""
+
+    def __init__(self, name: str, role: Role, page_bytes: int, capacity: int) -> None:
+        self.name = name
+        self.role = role
+        self.page_bytes = page_bytes
+        self.top = capacity // page_bytes
+        self.lo = self.hi = self.top if role is Role.HIGH else 0
+        self.live: dict[int, int] = {}  # slot -> virtual page (p->v on the host)
+        self.holes = SortedList()
+        self.withheld: set[int] = set()
+
+    @property
+    def empty(self) -> bool:
+        return self.lo == self.hi
+
+    @property
+    def lo_byte(self) -> int:
+        return self.lo * self.page_bytes
+
+    @property
+    def hi_byte(self) -> int:
+        return self.hi * self.page_bytes
+
+    def nearest_holes(self, k: int) -> list[int]:
+        """The ``k`` holes nearest the anchor (ascending; descending for the high band)."""
+        if k <= 0:
+            return []
+        if self.role is Role.HIGH:
+            return list(self.holes.islice(max(0, len(self.holes) - k), None, reverse=True))
+        return list(self.holes.islice(0, k))
+
+    def holes_past(self, n: int) -> Iterator[int]:
+        """Holes in anchor order, skipping the ``n`` nearest."""
+        if self.role is Role.HIGH:
+            return iter(self.holes.islice(0, max(0, len(self.holes) - n), reverse=True))
+        return iter(self.holes.islice(n, None))
+
+    def absorb(self) -> None:
+        """Give holes on the growing edge(s) back to the gap (no copy); a withheld slot stops it."""
+        if self.role is not Role.HIGH:
+            while self.hi > self.lo and self.hi - 1 in self.holes:
+                self.holes.remove(self.hi - 1)
+                self.hi -= 1
+        if self.role is not Role.LOW:
+            while self.lo < self.hi and self.lo in self.holes:
+                self.holes.remove(self.lo)
+                self.lo += 1
+        if self.role is Role.FLOAT and self.empty:
+            self.lo = self.hi = 0
+
+    def grow_onto(self, slot: int) -> None:
+        """Take one gap slot adjacent to the span (an empty float starts anywhere)."""
+        if self.role is Role.FLOAT and self.empty:
+            self.lo, self.hi = slot, slot + 1
+        elif slot == self.hi and self.role is not Role.HIGH:
+            self.hi += 1
+        elif slot == self.lo - 1 and self.role is not Role.LOW:
+            self.lo -= 1
+        else:
+            raise AssertionError(f"planner bug: {self.name} slot {slot} is not next to [{self.lo}, {self.hi})")
+
+
+@dataclass(frozen=True)
+class View:
+    """A band as a plan sees it (after the moves planned so far): span, hole count, the nearest holes."""
+
+    name: str
+    role: Role
+    page_bytes: int
+    lo: int
+    hi: int
+    n_holes: int
+    take: Callable[[int], list[int]]  # the k holes nearest the anchor
+
+    @classmethod
+    def of(cls, band: Band) -> View:
+        return cls(band.name, band.role, band.page_bytes, band.lo, band.hi, len(band.holes), band.nearest_holes)
+
+    @classmethod
+    def fixed(cls, band: Band, lo: int, hi: int, holes: list[int]) -> View:
+        return cls(band.name, band.role, band.page_bytes, lo, hi, len(holes), lambda k: holes[:max(0, k)])
+
+    @property
+    def empty(self) -> bool:
+        return self.lo == self.hi
+
+    @property
+    def lo_byte(self) -> int:
+        return self.lo * self.page_bytes
+
+    @property
+    def hi_byte(self) -> int:
+        return self.hi * self.page_bytes
+
+
+class Ledger:
+    """Reader / writer counts per physical page ``(cls, slot)``; a count that drops to 0 is deleted."""
+
+    def __init__(self) -> None:
+        self.readers: Counter[tuple[str, int]] = Counter()
+        self.writers: Counter[tuple[str, int]] = Counter()
+
+    def in_use(self, cls: str, slot: int) -> bool:
+        return self.readers[(cls, slot)] > 0 or self.writers[(cls, slot)] > 0
+
+    def used_slots(self, cls: str) -> set[int]:
+        return {s for c, s in concat(self.readers, self.writers) if c == cls}
+
+
+# ---------------------------------------------------------------------------------------------
+# Rung 1: holes, then frontiers into the adjacent gaps.
+
+
+@dataclass
+class Fit:
+    slots: dict[str, list[int]] = field(default_factory=dict)  # new slots per class, in binding order
+    short: dict[str, int] = field(default_factory=dict)  # pages that found no room
+
+    @property
+    def ok(self) -> bool:
+        return not any(self.short.values())
+
+
+class _Gap:
+    """Bytes between two present bands: claimed upward from ``bot``, downward from ``top``; ``mid`` is where
+    the next empty float may start."""
+
+    __slots__ = ("bot", "mid", "top")
+
+    def __init__(self, lo: int, hi: int) -> None:
+        self.bot = self.mid = lo
+        self.top = hi
+
+
+def place(views: Sequence[View], demand: Mapping[str, int], hints: Mapping[str, int]) -> Fit:
+    """Holes nearest each anchor first; the rest from the gaps in a fixed order: the low end up, the high end
+    down, non-empty floats (chain order; the side with more room first), then empty floats as one run at the
+    aligned slot nearest their hint."""
+    fit = Fit()
+    extra: dict[str, int] = {}
+    for v in views:
+        want = demand.get(v.name, 0)
+        from_holes = min(want, v.n_holes)
+        fit.slots[v.name] = list(v.take(from_holes))
+        extra[v.name] = want - from_holes
+        fit.short[v.name] = 0
+    present = [v for v in views if v.role is not Role.FLOAT or not v.empty]
+    gaps = [_Gap(a.hi_byte, b.lo_byte) for a, b in zip(present, present[1:])]
+    gap_above = {v.name: g for v, g in zip(present, gaps)}
+    gap_below = {v.name: g for v, g in zip(present[1:], gaps)}
+
+    def room(v: View, g: _Gap) -> int:
+        return (g.top - g.bot) // v.page_bytes
+
+    def up(v: View, g: _Gap, n: int) -> int:
+        k = min(n, room(v, g))
+        first = g.bot // v.page_bytes
+        fit.slots[v.name].extend(range(first, first + k))
+        g.bot += k * v.page_bytes
+        g.mid = max(g.mid, g.bot)
+        return n - k
+
+    def down(v: View, g: _Gap, n: int) -> int:
+        k = min(n, room(v, g))
+        first = g.top // v.page_bytes - 1
+        fit.slots[v.name].extend(range(first, first - k, -1))
+        g.top -= k * v.page_bytes
+        return n - k
+
+    low, high = views[0], views[-1]
+    fit.short[low.name] = up(low, gap_above[low.name], extra[low.name])
+    fit.short[high.name] = down(high, gap_below[high.name], extra[high.name])
+    for v in views[1:-1]:
+        n = extra[v.name]
+        if v.empty or not n:
+            continue
+        a, b = gap_above[v.name], gap_below[v.name]
+        fit.short[v.name] = down(v, b, up(v, a, n)) if room(v, a) >= room(v, b) else up(v, a, down(v, b, n))
+    host = -1  # index of the gap an empty float sits in: above the last present band before it
+    for v in views[:-1]:
+        if v.role is not Role.FLOAT or not v.empty:
+            host += 1
+            continue
+        n = extra[v.name]
+        if not n:
+            continue
+        g, p = gaps[host], v.page_bytes
+        lo, hi = cdiv(max(g.mid, g.bot), p), g.top // p - n
+        if lo > hi:
+            fit.short[v.name] = n
+            continue
+        first = clamp(hints.get(v.name, 0) // p, lo, hi)
+        fit.slots[v.name].extend(range(first, first + n))
+        g.mid = (first + n) * p
+    return fit
+
+
+# ---------------------------------------------------------------------------------------------
+# Rung 2: pack an end band toward its anchor.
+
+
+def compact_end(band: Band, barrier: int | None, read: Callable[[int], bool],
+                budget: int | None) -> tuple[list[tuple[int, int]], View]:
+    """Two pointers: the farthest live page fills the hole nearest the anchor, while that hole is nearer the
+    anchor than the page. Sources lie beyond the ``barrier`` (the farthest slot that cannot move: withheld or
+    written), since moving a page nearer than that cannot retract the frontier. A source with readers stays
+    withheld. Returns the moves and the band as it will be after them (frontier retracted past the slots left
+    empty)."""
+    up = band.role is Role.LOW
+
+    def nearer(a: int, b: int) -> bool:  # a is nearer the anchor than b
+        return a < b if up else a > b
+
+    cursor, step = (band.hi - 1, -1) if up else (band.lo, 1)
+    moves: list[tuple[int, int]] = []
+    for hole in (iter(band.holes) if up else reversed(band.holes)):
+        if budget is not None and len(moves) >= budget:
+            break
+        src = None
+        while nearer(hole, cursor) and (barrier is None or nearer(barrier, cursor)):
+            s, cursor = cursor, cursor + step
+            if s in band.live:
+                src = s
+                break
+        if src is None:
+            break
+        moves.append((src, hole))
+    filled = {d for _, d in moves}
+    freed = sorted((s for s, _ in moves if not read(s)), reverse=not up)  # anchor order
+    freed_set = set(freed)
+
+    def vacant(s: int) -> bool:
+        return s in freed_set or (s not in filled and s in band.holes)
+
+    lo, hi = band.lo, band.hi
+    if up:
+        while hi > lo and vacant(hi - 1):
+            hi -= 1
+    else:
+        while lo < hi and vacant(lo):
+            lo += 1
+    count = len(band.holes) - len(moves) + len(freed) - (band.hi - hi) - (lo - band.lo)
+    n_used = len(moves)
+
+    def take(k: int) -> list[int]:
+        stream = heapq.merge(band.holes_past(n_used), freed, reverse=not up)
+        return list(islice((s for s in stream if lo <= s < hi), max(0, min(k, count))))
+
+    return moves, View(band.name, band.role, band.page_bytes, lo, hi, count, take)
+
+
+# ---------------------------------------------------------------------------------------------
+# Rung 3: move a float band within a byte window.
+
+
+def relayout_float(band: Band, win_lo: int, win_hi: int, pages: int, hint: int, obstacles: list[int]
+                   ) -> tuple[list[tuple[int, int]], tuple[int, int], View] | None:
+    """A span ``[t, t + need)`` inside the window for the float's live and withheld pages plus ``pages`` new
+    ones, covering its immovable slots (``obstacles``, sorted), as near its current start (or its hint) as
+    the window allows; its live pages outside the span fill the lowest free slots of the span."""
+    p = band.page_bytes
+    need = len(band.live) + len(band.withheld) + pages
+    if need == 0:
+        return [], (0, 0), View.fixed(band, 0, 0, [])
+    t_min, t_max = cdiv(win_lo, p), win_hi // p - need
+    if obstacles:
+        need = max(need, obstacles[-1] - obstacles[0] + 1)
+        t_min = max(t_min, obstacles[-1] + 1 - need)
+        t_max = min(win_hi // p - need, obstacles[0])
+    if t_min > t_max:
+        return None
+    t = clamp(hint // p if band.empty else band.lo, t_min, t_max)
+    end = t + need
+    outside = concat(range(band.lo, min(band.hi, t)), range(max(band.lo, end), band.hi))
+    sources = [s for s in outside if s in band.live]
+    if band.empty:
+        free = list(range(t, end))
+    else:  # ascending: gap slots below the span, its holes, gap slots above it
+        free = [*range(t, min(end, band.lo)), *band.holes.irange(t, end - 1), *range(max(t, band.hi), end)]
+    assert len(free) >= len(sources), "planner bug: the span has no room for the float's own pages"
+    return list(zip(sources, free)), (t, end), View.fixed(band, t, end, free[len(sources):])
+
+
+# ---------------------------------------------------------------------------------------------
+# The ladder over the arena's bands.
+
+
+class Ladder:
+    def __init__(self, bands: Sequence[Band], hints: Mapping[str, int], ledger: Ledger) -> None:
+        self.bands = list(bands)  # chain order
+        self.by_name = {b.name: b for b in bands}
+        self.hints = dict(hints)
+        self.ledger = ledger
+
+    def views(self) -> list[View]:
+        return [View.of(b) for b in self.bands]
+
+    def admission(self, demand: Mapping[str, int]) -> Plan:
+        """Rung 1, else 2 (only if compaction moves something), else 3; AdmissionRejectedError otherwise."""
+        demand = {c: n for c, n in demand.items() if n}
+        if not demand:
+            return Plan(Rung.NONE)
+        views = self.views()
+        fit = place(views, demand, self.hints)
+        if fit.ok:
+            return self.plan(Rung.REUSE, [], fit)
+        moves2, views = self.compact_ends(views, None)
+        if moves2:
+            fit = place(views, demand, self.hints)
+            if fit.ok:
+                return self.plan(Rung.COMPACT, moves2, fit)
+        relaid = self.relayout(views, demand)
+        if relaid is not None:
+            moves3, views3, spans = relaid
+            fit = place(views3, demand, self.hints)
+            if fit.ok:
+                return self.plan(Rung.RELAYOUT, moves2, fit, moves3, spans)
+        raise self.rejection(demand, fit.short)
+
+    def compact_ends(self, views: Sequence[View], budget: int | None) -> tuple[list[Move], list[View]]:
+        """Rung 2: the low band, then the high band, sharing one move budget."""
+        moves: list[Move] = []
+        views = list(views)
+        for i in (0, len(views) - 1):
+            band = self.by_name[views[i].name]
+            c = band.name
+            pairs, views[i] = compact_end(band, self.barrier(band), lambda s, c=c: self.ledger.readers[(c, s)] > 0,
+                                          None if budget is None else budget - len(moves))
+            moves += [Move(c, s, d) for s, d in pairs]
+        return moves, views
+
+    def barrier(self, band: Band) -> int | None:
+        """The slot farthest from an end band's anchor that cannot move: withheld, or held by a writer."""
+        pinned = band.withheld | {s for c, s in self.ledger.writers if c == band.name}
+        if not pinned:
+            return None
+        return max(pinned) if band.role is Role.LOW else min(pinned)
+
+    def relayout(self, views: Sequence[View], demand: Mapping[str, int]
+                 ) -> tuple[list[Move], list[View], dict[str, tuple[int, int]]] | None:
+        """Rung 3: each float that is non-empty or demanded, in chain order, gets the byte window between the
+        previous float's new span (or the low end plus what it still needs) and the next non-empty float (or
+        the high end minus what it still needs)."""
+        floats = [i for i in range(1, len(views) - 1) if not views[i].empty or demand.get(views[i].name, 0)]
+        if not floats:
+            return None
+        low, high = views[0], views[-1]
+        win_lo = low.hi_byte + max(0, demand.get(low.name, 0) - low.n_holes) * low.page_bytes
+        high_need = max(0, demand.get(high.name, 0) - high.n_holes) * high.page_bytes
+        views = list(views)
+        moves: list[Move] = []
+        spans: dict[str, tuple[int, int]] = {}
+        for k, i in enumerate(floats):
+            band = self.by_name[views[i].name]
+            nxt = next((views[j] for j in floats[k + 1:] if not views[j].empty), None)
+            win_hi = nxt.lo_byte if nxt is not None else high.lo_byte - high_need
+            if win_hi < win_lo:
+                return None
+            used = {s for s in self.ledger.used_slots(band.name) if s in band.live}
+            r = relayout_float(band, win_lo, win_hi, demand.get(band.name, 0), self.hints.get(band.name, 0),
+                               sorted(band.withheld | used))
+            if r is None:
+                return None
+            pairs, span, views[i] = r
+            moves += [Move(band.name, s, d) for s, d in pairs]
+            spans[band.name] = span
+            if span[1] > span[0]:
+                win_lo = span[1] * band.page_bytes
+        return moves, views, spans
+
+    def plan(self, rung: Rung, moves2: Sequence[Move], fit: Fit | None = None, moves3: Sequence[Move] = (),
+             spans: Mapping[str, tuple[int, int]] | None = None) -> Plan:
+        def size(ms: Sequence[Move]) -> int:
+            return sum(self.by_name[m.cls].page_bytes for m in ms)
+
+        moved = {r: size(ms) for r, ms in ((2, moves2), (3, moves3)) if ms}
+        placements = {c: tuple(s) for c, s in fit.slots.items() if s} if fit is not None else {}
+        return Plan(rung, (*moves2, *moves3), placements, moved, dict(spans or {}))
+
+    def rejection(self, demand: Mapping[str, int], short: Mapping[str, int]) -> AdmissionRejectedError:
+        short = {c: n for c, n in short.items() if n}
+        nbytes = sum(n * self.by_name[c].page_bytes for c, n in short.items())
+        return AdmissionRejectedError(
+            f"no rung of the ladder fits {dict(demand)}: short {short} pages ({nbytes} B) after compaction and "
+            "relayout; evict cache-only pages (drop) or retract a request, then retry", short, nbytes)
+
+
+def float_hints(config: ArenaConfig) -> dict[str, int]:
+    """Where an empty float starts: the byte its region starts at in SGLang's split-pool sizing
+    (spec/arena.md §Split-pool baseline), computed with the same float arithmetic."""
+    classes = chain(config.model)
+    size: dict[str, int] = {}
+    rest = config.capacity
+    for c in classes:
+        if c.kind is Kind.RECURRENT:
+            r = config.mamba_full_memory_ratio
+            size[c.name] = int(config.capacity * r / (1 + r))
+            rest -= size[c.name]
+    full = next(c for c in classes if c.kind is Kind.FULL)
+    windows = [c for c in classes if c.kind is Kind.WINDOW]
+    r = config.swa_full_tokens_ratio
+    full_tokens = int(rest / (entry_layout(full).entry_bytes + r * sum(entry_layout(w).entry_bytes
+                                                                        for w in windows)))
+    for w in windows:
+        size[w.name] = int(full_tokens * r) * entry_layout(w).entry_bytes
+    size[full.name] = rest - sum(size[w.name] for w in windows)
+    hints: dict[str, int] = {}
+    cursor = 0
+    for i, c in enumerate(classes):
+        p = config.page_bytes(c.name)
+        lo = cdiv(cursor, p) * p
+        if 0 < i < len(classes) - 1:
+            hints[c.name] = lo
+        cursor = lo + max(0, min(size[c.name], config.capacity - lo) // p) * p
+    return hints

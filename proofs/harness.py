@@ -1,0 +1,402 @@
+"""The proof loop: one Z3 query per (transition case, invariant conjunct), non-vacuity, mutants, replays.
+
+For every transition ``T`` and every invariant ID:
+
+* **proof** (unbounded): ``config_ok ∧ Inv(pre) ∧ guard_T ∧ ¬conjunct(post)`` is ``unsat`` for every case of
+  ``T`` and every conjunct of the ID, each query on one solver with push/pop and a timeout; ``sat`` is a
+  counterexample to induction (CTI) and ``unknown`` a failure, never a pass. ``Init ⇒ conjunct`` likewise.
+* **non-vacuity**: ``Inv(pre) ∧ guard_T`` is satisfiable with a live page before and after, for every case,
+  and that witness replays in the reference: its pre-state passes every predicate, the real operation runs,
+  and the post-state passes every predicate.
+* **mutant**: the transition with the bug the invariant rules out (``transitions.MUTANTS``) reaches a state
+  where a conjunct of the ID fails; the counterexample is rebuilt as a reference ``Arena`` (``replay``) where
+  the same step, with the same bug, makes ``INVARIANTS[ID]`` raise with that ID. Obligations without a
+  meaningful mutant say why (``transitions.NO_MUTANT``, or "frame": the transition writes nothing the ID reads,
+  checked here from the post-state terms).
+
+Witnesses (non-vacuity, mutants) are searched in a finite instance: the toy-tri configuration
+(``WITNESS_CONFIG``) and small domains per role (``WITNESS_DOMAIN``), every quantifier instantiated over its
+role's domain; the replay in the reference then checks the witness on the real code. Proofs use no bound.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import z3
+
+from kvarena.proofs import model as M
+from kvarena.proofs import transitions as T
+
+DEFAULT_TIMEOUT_MS = 30_000
+INIT = "init"
+
+# The witness instance: toy-tri with page_size 4 and an 8-token context (the replay builds this arena).
+WITNESS_CONFIG = {"capacity": 2048, "page_size": 4, "max_context_len": 8, "model": "toy-tri",
+                  "P": (64, 512, 256), "TOP": 8, "NE": (1, 4, 4), "NR": (2, 4, 4), "D": (1, 2, 2), "Q": 1}
+WITNESS_DOMAIN = {"band": range(3), "slot": range(13), "vid": range(11), "owner": range(3), "user": range(3),
+                  "entry": range(5), "row": range(5)}
+WITNESS_BOUND = ("witnesses: toy-tri, capacity 2048 B, page_size 4; slots < 13, vids < 11, 3 owners, 3 users, "
+                 "entries and rows < 5")
+
+
+# ---------------------------------------------------------------------------------------------
+# Results
+
+
+@dataclass
+class Query:
+    case: str
+    conjunct: str
+    status: str  # "unsat" (proven), "sat" (counterexample), "unknown" (failure)
+    seconds: float
+    reason: str = ""
+
+
+@dataclass
+class MutantOutcome:
+    mutant: str
+    status: str  # "refuted" (Z3 found the bug and the reference confirms it) or a failure text
+    case: str = ""
+    seconds: float = 0.0
+    replay: str = ""  # what the reference said
+
+
+@dataclass
+class Obligation:
+    inv: str
+    transition: str
+    queries: list[Query] = field(default_factory=list)
+    nonvacuity: str = ""  # "sat+replayed" or a failure text
+    mutants: list[MutantOutcome] = field(default_factory=list)
+    no_mutant: str = ""  # the documented reason when there is no mutant
+    seconds: float = 0.0
+    bound: str = ""
+
+    @property
+    def name(self) -> str:
+        if self.transition == INIT:
+            return f"Init ⇒ {self.inv}"
+        return f"{self.inv} ∧ {self.transition} ⇒ {self.inv}'"
+
+    @property
+    def proven(self) -> bool:
+        return bool(self.queries) and all(q.status == "unsat" for q in self.queries)
+
+    @property
+    def ok(self) -> bool:
+        vac_ok = self.nonvacuity.startswith("sat") or self.transition == INIT
+        mut_ok = (all(m.status == "refuted" for m in self.mutants) and bool(self.mutants)) or bool(self.no_mutant)
+        return self.proven and vac_ok and mut_ok
+
+    @property
+    def result(self) -> str:
+        if not self.queries:
+            return "MISSING"
+        bad = [q for q in self.queries if q.status != "unsat"]
+        if bad:
+            q = bad[0]
+            return "CTI" if q.status == "sat" else "UNKNOWN"
+        if not self.ok:
+            return "VACUOUS?" if not (self.nonvacuity.startswith("sat") or self.transition == INIT) else "MUTANT?"
+        return "proven"
+
+
+# ---------------------------------------------------------------------------------------------
+# Witness instances: quantifiers instantiated over finite domains
+
+
+_GROUND_MEMO: dict[int, tuple[z3.ExprRef, z3.ExprRef]] = {}  # id -> (term, kept alive so ids stay unique; out)
+_HAS_Q: dict[int, tuple[z3.ExprRef, bool]] = {}
+
+
+def _has_quantifier(x: z3.ExprRef) -> bool:
+    key = x.get_id()
+    if key not in _HAS_Q:
+        if z3.is_quantifier(x):
+            found = not x.is_lambda() or _has_quantifier(x.body())
+        else:
+            found = z3.is_app(x) and any(_has_quantifier(k) for k in x.children())
+        _HAS_Q[key] = (x, found)
+    return _HAS_Q[key][1]
+
+
+def ground(e: z3.ExprRef, domain: dict[str, range] = WITNESS_DOMAIN) -> z3.ExprRef:
+    """``e`` with every ForAll / Exists (not Lambda) expanded over the domains of its variables' roles."""
+    memo = _GROUND_MEMO if domain is WITNESS_DOMAIN else {}
+
+    def go(x: z3.ExprRef) -> z3.ExprRef:
+        key = x.get_id()
+        if key in memo:
+            return memo[key][1]
+        if z3.is_quantifier(x):
+            if x.is_lambda():
+                out = x
+            else:
+                n = x.num_vars()
+                roles = [x.var_name(i).split("#")[0] for i in range(n)]
+                body, nested = x.body(), _has_quantifier(x.body())
+                insts = []
+                for vals in itertools.product(*[domain[r] for r in roles]):
+                    inst = z3.substitute_vars(body, *[z3.IntVal(v) for v in reversed(vals)])
+                    insts.append(go(inst) if nested else inst)
+                out = z3.And(*insts) if x.is_forall() else z3.Or(*insts)
+        elif not _has_quantifier(x):
+            out = x
+        elif z3.is_app(x) and x.num_args():
+            kids = [go(k) for k in x.children()]
+            out = x.decl()(*kids) if any(not a.eq(b) for a, b in zip(kids, x.children())) else x
+        else:
+            out = x
+        memo[key] = (x, out)
+        return out
+
+    return go(e)
+
+
+def pin_config(c: M.Config, w: dict = WITNESS_CONFIG) -> z3.BoolRef:
+    return z3.And(c.C == w["capacity"], c.TOP == w["TOP"], c.Q == w["Q"],
+                  *[c.P[b] == w["P"][b] for b in M.BANDS], *[c.NE[b] == w["NE"][b] for b in M.BANDS],
+                  *[c.NR[b] == w["NR"][b] for b in M.BANDS], *[c.D[b] == w["D"][b] for b in M.BANDS])
+
+
+def in_domain(st: M.State, args: dict, domain: dict[str, range] = WITNESS_DOMAIN) -> z3.BoolRef:
+    """The pre-state and the step's integer arguments lie in the witness domain."""
+    slots, vids = domain["slot"], domain["vid"]
+    b, s = M.qb, M.qs
+    out = [st.hi[k] <= slots.stop - 1 for k in M.BANDS]
+    out += [st.next_vid <= vids.stop - 1, st.next_gen <= 60,
+            z3.ForAll([b, s], z3.Implies(st.live[b, s], z3.And(st.p2v[b, s] >= vids.start,
+                                                               st.p2v[b, s] < vids.stop)))]
+    roles = {"o": "owner", "u": "user", "v": "vid", "e": "entry", "r": "row", "e0": "entry", "r0": "row",
+             "src": "slot", "dst": "slot", "s": "slot", "t": "slot", "t_end": "slot", "b": "band"}
+    for name, a in args.items():
+        if name in roles and z3.is_int(a):
+            rng = domain[roles[name]]
+            out.append(z3.And(a >= rng.start, a <= rng.stop))
+    return z3.And(*out)
+
+
+def settled(st: M.State) -> z3.BoolRef:
+    """What every operation leaves: no hole on an edge a band grows from; an empty float parked at (0, 0)."""
+    lo, hi, h = st.lo, st.hi, st.holes
+    return z3.And(
+        z3.Implies(hi[M.LOW] > lo[M.LOW], z3.Not(h[M.LOW, hi[M.LOW] - 1])),
+        z3.Implies(hi[M.HIGH] > lo[M.HIGH], z3.Not(h[M.HIGH, lo[M.HIGH]])),
+        z3.If(M.float_present(st), z3.And(z3.Not(h[M.FLOAT, lo[M.FLOAT]]), z3.Not(h[M.FLOAT, hi[M.FLOAT] - 1])),
+              z3.And(lo[M.FLOAT] == 0, hi[M.FLOAT] == 0)))
+
+
+# ---------------------------------------------------------------------------------------------
+# The loop
+
+
+def _check(s: z3.Solver, *extra: z3.BoolRef) -> tuple[str, float, str]:
+    t0 = time.perf_counter()
+    r = s.check(*extra)
+    dt = time.perf_counter() - t0
+    return str(r), dt, (s.reason_unknown() if r == z3.unknown else "")
+
+
+def frame(step_post: M.State, pre: M.State) -> frozenset[str]:
+    """The fields a step writes (its post-state term differs from the pre-state's)."""
+    out = set()
+    for f in M.FIELDS:
+        a, b = getattr(step_post, f), getattr(pre, f)
+        same = all(x.eq(y) for x, y in zip(a, b)) if isinstance(a, tuple) else a.eq(b)
+        if not same:
+            out.add(f)
+    return frozenset(out)
+
+
+def writes_of(tr: T.Transition) -> frozenset[str]:
+    c, pre = M.config("w"), M.state("w")
+    out: set[str] = set()
+    for st in tr.build(c, pre, "w"):
+        out |= frame(st.post, pre)
+    return frozenset(out)
+
+
+def reads_of(inv: str) -> frozenset[str]:
+    return frozenset().union(*[k.reads for k in M.conjuncts(inv)])
+
+
+def prove_transition(tr: T.Transition, invs: Iterable[str], timeout_ms: int) -> dict[str, list[Query]]:
+    c, pre = M.config(), M.state("pre")
+    out: dict[str, list[Query]] = {inv: [] for inv in invs}
+    for st in tr.build(c, pre, tr.name):
+        s = z3.Solver()
+        s.set(timeout=timeout_ms)
+        s.add(M.config_ok(c), M.invariant(c, pre), st.guard)
+        for inv in out:
+            for k in M.conjuncts(inv):
+                s.push()
+                s.add(z3.Not(k.formula(c, st.post)))
+                status, dt, why = _check(s)
+                s.pop()
+                out[inv].append(Query(st.case, k.name, status, dt, why))
+    return out
+
+
+def prove_init(invs: Iterable[str], timeout_ms: int) -> dict[str, list[Query]]:
+    c, pre = M.config(), M.state("init")
+    s = z3.Solver()
+    s.set(timeout=timeout_ms)
+    s.add(M.config_ok(c), M.init(c, pre))
+    out: dict[str, list[Query]] = {}
+    for inv in invs:
+        out[inv] = []
+        for k in M.conjuncts(inv):
+            s.push()
+            s.add(z3.Not(k.formula(c, pre)))
+            status, dt, why = _check(s)
+            s.pop()
+            out[inv].append(Query("empty arena", k.name, status, dt, why))
+    return out
+
+
+@dataclass
+class Witness:
+    """A satisfying assignment of a witness query, with what the replay needs to rebuild it."""
+
+    model: z3.ModelRef
+    config: M.Config
+    pre: M.State
+    step: T.Step | None
+    transition: str
+
+
+def _witness_solver(c: M.Config, timeout_ms: int) -> z3.Solver:
+    s = z3.Solver()
+    s.set(timeout=timeout_ms)
+    s.add(pin_config(c), M.config_ok(c))
+    return s
+
+
+def find_witness(tr: T.Transition, timeout_ms: int, mutant: str | None = None,
+                 breaks: str | None = None) -> tuple[list[tuple[str, str, float]], Witness | None]:
+    """Non-vacuity (``mutant`` None: a live page before and after) or a mutant's counterexample (``breaks``:
+    a main conjunct of that ID fails after the step). Returns (per-case statuses, the first witness)."""
+    c, pre = M.config("wc"), M.state("wpre")
+    tried: list[tuple[str, str, float]] = []
+    for st in tr.build(c, pre, tr.name, mutant):
+        s = _witness_solver(c, timeout_ms)
+        parts = [M.invariant(c, pre), st.guard, in_domain(pre, st.args)]
+        if tr.from_settled:
+            parts.append(settled(pre))
+        if mutant is None:
+            parts += [M.some_live_page(pre, "nv1"), M.some_live_page(st.post, "nv2")]
+        else:
+            parts.append(st.replay_guard)
+            parts.append(z3.Not(z3.And(*[k.formula(c, st.post) for k in M.conjuncts(breaks) if not k.aux])))
+        s.add(*[ground(p) for p in parts])
+        status, dt, why = _check(s)
+        tried.append((st.case, status if status != "unknown" else f"unknown ({why})", dt))
+        if status == "sat":
+            return tried, Witness(s.model(), c, pre, st, tr.name)
+    return tried, None
+
+
+def find_init_witness(mutant: str, breaks: str, timeout_ms: int) -> tuple[str, float, Witness | None]:
+    c, pre = M.config("wc"), M.state("winit")
+    s = z3.Solver()
+    s.set(timeout=timeout_ms)
+    w = WITNESS_CONFIG
+    if mutant == "init-skips-floor":  # the capacity is what the bug lets through; the geometry is toy-tri's
+        s.add(*[c.P[b] == w["P"][b] for b in M.BANDS], *[c.NE[b] == w["NE"][b] for b in M.BANDS],
+              *[c.NR[b] == w["NR"][b] for b in M.BANDS], *[c.D[b] == w["D"][b] for b in M.BANDS])
+    else:
+        s.add(pin_config(c))
+    s.add(M.config_ok(c), ground(T.init_mutant(c, pre, mutant)),
+          ground(z3.Not(z3.And(*[k.formula(c, pre) for k in M.conjuncts(breaks) if not k.aux]))))
+    status, dt, why = _check(s)
+    if status != "sat":
+        return (status if status != "unknown" else f"unknown ({why})"), dt, None
+    return status, dt, Witness(s.model(), c, pre, None, INIT)
+
+
+def run(invs: Iterable[str] | None = None, transitions: Iterable[str] | None = None,
+        timeout_ms: int = DEFAULT_TIMEOUT_MS, replay: bool = True) -> list[Obligation]:
+    """Every obligation for the selected IDs and transitions, with non-vacuity, mutants and replays."""
+    from kvarena.proofs import replay as R
+    from kvarena.reference.invariants import INVARIANTS
+
+    invs = list(invs or INVARIANTS)
+    names = list(transitions or [INIT, *[t.name for t in T.TRANSITIONS]])
+    results: list[Obligation] = []
+    if INIT in names:
+        t0 = time.perf_counter()
+        proofs = prove_init(invs, timeout_ms)
+        per = (time.perf_counter() - t0) / max(1, len(invs))
+        for inv in invs:
+            ob = Obligation(inv, INIT, proofs[inv], seconds=per)
+            muts = [m for m in T.INIT_MUTANTS if inv in m.breaks]
+            for m in muts:
+                status, dt, wit = find_init_witness(m.name, inv, timeout_ms)
+                ob.mutants.append(_replayed(m, inv, status, "empty arena", dt, wit, replay, R))
+            if not muts:
+                ob.no_mutant = ("Init is the constructor's empty state: nothing is bound, held or written; its "
+                                "planted bugs are init-skips-floor and init-high-unanchored")
+            ob.seconds += sum(m.seconds for m in ob.mutants)
+            results.append(ob)
+    for tr in T.TRANSITIONS:
+        if tr.name not in names:
+            continue
+        t0 = time.perf_counter()
+        proofs = prove_transition(tr, invs, timeout_ms)
+        per = (time.perf_counter() - t0) / max(1, len(invs))
+        t1 = time.perf_counter()
+        tried, wit = find_witness(tr, timeout_ms)
+        vac = _nonvacuity(tried, wit, replay, R)
+        vac_time = time.perf_counter() - t1
+        writes = writes_of(tr)
+        for inv in invs:
+            ob = Obligation(inv, tr.name, proofs[inv], nonvacuity=vac, seconds=per + vac_time / len(invs))
+            muts = [m for m in T.MUTANTS if m.transition == tr.name and inv in m.breaks]
+            for m in muts:
+                t2 = time.perf_counter()
+                tried_m, wit_m = find_witness(tr, timeout_ms, m.name, inv)
+                status = "sat" if wit_m else "; ".join(f"{cs}: {st}" for cs, st, _ in tried_m)
+                case = wit_m.step.case if wit_m and wit_m.step else ""
+                ob.mutants.append(_replayed(m, inv, status, case, time.perf_counter() - t2, wit_m, replay, R))
+            if not muts:
+                touched = writes & reads_of(inv)
+                if not touched:
+                    ob.no_mutant = (f"frame: {tr.name} writes {sorted(writes) or 'nothing'}, none of which "
+                                    f"{inv} reads")
+                else:
+                    ob.no_mutant = T.NO_MUTANT.get((tr.name, inv), "")
+            ob.seconds += sum(m.seconds for m in ob.mutants)
+            ob.bound = ""
+            results.append(ob)
+    return results
+
+
+def _nonvacuity(tried, wit: Witness | None, replay: bool, R) -> str:
+    if wit is None:
+        return "no witness: " + "; ".join(f"{c}: {s}" for c, s, _ in tried)
+    if not replay:
+        return "sat"
+    try:
+        note = R.replay_valid(wit)
+    except Exception as e:  # a disagreement between the model and the reference is a failure, shown
+        return f"sat, replay FAILED: {type(e).__name__}: {e}"
+    return f"sat+replayed ({wit.step.case if wit.step else ''}: {note})"
+
+
+def _replayed(m: T.Mutant, inv: str, status: str, case: str, dt: float, wit: Witness | None, replay: bool,
+              R) -> MutantOutcome:
+    if wit is None:
+        return MutantOutcome(m.name, f"not refuted: {status}", case, dt)
+    if not replay:
+        return MutantOutcome(m.name, "refuted", case, dt, "(replay skipped)")
+    t0 = time.perf_counter()
+    try:
+        said = R.replay_mutant(wit, m, inv)
+    except Exception as e:
+        return MutantOutcome(m.name, f"replay FAILED: {type(e).__name__}: {e}", case,
+                             dt + time.perf_counter() - t0)
+    return MutantOutcome(m.name, "refuted", case, dt + time.perf_counter() - t0, said)

@@ -1,0 +1,566 @@
+"""Every transition of the spec as a guarded update of the symbolic state, each with its planted bugs.
+
+A transition is a function ``(config, pre-state, tag, mutant) -> [Step]``: one ``Step`` per *case* (a hole or a
+frontier, the low or the high band, ...), each a guard over the pre-state and its arguments and the post-state
+as terms of them. Cases keep each query small and name what was proven ("extend: the high band grows down").
+
+Guards are what the reference guarantees at that step (by validation or by the planner's choices); they may be
+*weaker* than the reference's exact choice (any free id, not the smallest; any held page, not the oldest), so
+what is proven for the model holds for the reference. The ``mutant`` argument drops or bends one guard or
+effect: the bug the invariant rules out. ``MUTANTS`` lists them with the IDs they must break.
+
+Names follow spec/arena.md §Operations and §Admission ladder: ``admit`` / ``extend`` place one page (rung 1:
+a hole, or a frontier slot in the adjacent gap); ``share``; ``slide`` drops one held page (``drop`` is a
+sequence of these: owner order is not modelled); ``free`` lets go of every page of an owner; ``acquire`` /
+``release`` (§Ledger); ``write``; ``move`` (``Arena._move`` under ledger rules 2-4); ``compact`` (one step
+of ``plan_compaction``: the farthest movable page of an end band to its hole nearest the anchor);
+``relayout_grow`` / ``relayout_move`` / ``relayout_trim`` (the three parts of ``Arena._retarget_float``);
+``absorb`` (one step of ``Band.absorb_boundary_holes``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import z3
+
+from kvarena.proofs.model import (
+    BANDS,
+    FLOAT,
+    HIGH,
+    LOW,
+    Config,
+    State,
+    float_present,
+    floor_ok,
+    has_writer,
+    hi_byte,
+    in_span,
+    in_use,
+    init,
+    is_band,
+    lo_byte,
+    other_owner,
+    pick,
+    qo,
+    qv,
+    bvar,
+)
+
+TRUE = z3.BoolVal(True)
+
+
+@dataclass
+class Step:
+    transition: str
+    case: str
+    guard: z3.BoolRef
+    post: State
+    args: dict[str, z3.ExprRef] = field(default_factory=dict)
+    # What makes a witness the step the reference's own operation takes (used only to find replayable
+    # counterexamples, never in a proof): e.g. compaction does the low band's move first.
+    replay_guard: z3.BoolRef = TRUE
+
+
+@dataclass(frozen=True)
+class Transition:
+    name: str
+    doc: str
+    build: Callable[..., list[Step]]
+    # transitions the reference runs only inside an operation that absorbs afterwards start from any state;
+    # the others start from a state some operation just finished (no boundary holes, empty float parked)
+    from_settled: bool = True
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    transition: str
+    breaks: tuple[str, ...]  # invariant IDs the bug must violate (Z3 finds it, the reference confirms it)
+    why: str
+    reference: str = ""  # the planted bug of tests/quality/mutants.py it mirrors, if any
+
+
+# ---------------------------------------------------------------------------------------------
+# Shared pieces
+
+
+def _args(tag: str, names: str) -> list[z3.ArithRef]:
+    return [z3.Int(f"{tag}.{n}") for n in names.split()]
+
+
+def _bools(tag: str, names: str) -> list[z3.BoolRef]:
+    return [z3.Bool(f"{tag}.{n}") for n in names.split()]
+
+
+def set_geom(st: State, b: int, lo=None, hi=None) -> dict:
+    los, his = list(st.lo), list(st.hi)
+    if lo is not None:
+        los[b] = lo
+    if hi is not None:
+        his[b] = hi
+    return {"lo": tuple(los), "hi": tuple(his)}
+
+
+def clear_content(st: State, b, s, keep: z3.BoolRef | bool = False) -> z3.ArrayRef:
+    """``content.pop((cls, slot))`` (a no-op under INV-PAGE-ATOMIC when the slot was not live)."""
+    if keep is True:
+        return st.content
+    bb, ss, e, r = (bvar(k, "clear") for k in ("band", "slot", "entry", "row"))
+    return z3.Lambda([bb, ss, e, r], z3.And(st.content[bb, ss, e, r], z3.Not(z3.And(bb == b, ss == s))))
+
+
+def fresh_vid(st: State, v) -> z3.BoolRef:
+    """The new page's id is a freed id or the next fresh one (the reference takes the smallest freed id)."""
+    return z3.Or(st.free[v], v == st.next_vid)
+
+
+def bind(st: State, b, s, v) -> dict:
+    """``Arena._bind_new``: bind ``v`` at ``(b, s)`` with a new serial (span and holes are the caller's)."""
+    return {"live": z3.Store(st.live, b, s, True), "p2v": z3.Store(st.p2v, b, s, v),
+            "bound": z3.Store(st.bound, v, True), "vband": z3.Store(st.vband, v, b),
+            "vslot": z3.Store(st.vslot, v, s), "gen": z3.Store(st.gen, v, st.next_gen),
+            "next_gen": st.next_gen + 1, "free": z3.Store(st.free, v, False),
+            "next_vid": z3.If(v == st.next_vid, st.next_vid + 1, st.next_vid), "content": clear_content(st, b, s)}
+
+
+def _above(c: Config, st: State, b: int) -> z3.ArithRef:
+    """The byte where the present band above ``b`` starts (its gap's top)."""
+    if b == LOW:
+        return z3.If(float_present(st), lo_byte(c, st, FLOAT), lo_byte(c, st, HIGH))
+    return lo_byte(c, st, HIGH)
+
+
+def _below(c: Config, st: State, b: int) -> z3.ArithRef:
+    """The byte where the present band below ``b`` ends (its gap's bottom)."""
+    if b == HIGH:
+        return z3.If(float_present(st), hi_byte(c, st, FLOAT), hi_byte(c, st, LOW))
+    return hi_byte(c, st, LOW)
+
+
+def frontier_cases(c: Config, st: State, s, slack: bool) -> list[tuple[str, int, z3.BoolRef, dict]]:
+    """Rung 1 without holes: a band grows by the one slot adjacent to its growing edge(s), inside the gap.
+
+    ``slack`` is the planted off-by-one: the slot may reach one page past the gap (``fit + 1``).
+    """
+    P = c.P
+    lo, hi = st.lo, st.hi
+    k = {b: (P[b] if slack else 0) for b in BANDS}
+    return [
+        ("low grows up", LOW, z3.And(s == hi[LOW], (s + 1) * P[LOW] <= _above(c, st, LOW) + k[LOW]),
+         set_geom(st, LOW, hi=s + 1)),
+        ("high grows down", HIGH, z3.And(s == lo[HIGH] - 1, s * P[HIGH] >= _below(c, st, HIGH) - k[HIGH]),
+         set_geom(st, HIGH, lo=s)),
+        ("float grows up", FLOAT,
+         z3.And(float_present(st), s == hi[FLOAT], (s + 1) * P[FLOAT] <= _above(c, st, FLOAT) + k[FLOAT]),
+         set_geom(st, FLOAT, hi=s + 1)),
+        ("float grows down", FLOAT,
+         z3.And(float_present(st), s == lo[FLOAT] - 1, s >= 0,
+                s * P[FLOAT] >= _below(c, st, FLOAT) - k[FLOAT]),
+         set_geom(st, FLOAT, lo=s)),
+        ("float starts", FLOAT,
+         z3.And(z3.Not(float_present(st)), s >= 0, s * P[FLOAT] >= _below(c, st, FLOAT) - k[FLOAT],
+                (s + 1) * P[FLOAT] <= _above(c, st, FLOAT) + k[FLOAT]),
+         set_geom(st, FLOAT, lo=s, hi=s + 1)),
+    ]
+
+
+def vacate(st: State, b, s, iu: z3.BoolRef, mutant: str | None) -> dict:
+    """``Arena._vacate``: a slot whose page left is withheld while a user holds it, else a hole."""
+    if mutant in ("vacate-ignores-users",):
+        return {"holes": z3.Store(st.holes, b, s, True)}
+    if mutant in ("free-loses-slot", "compact-loses-source", "relayout-loses-source", "move-loses-source"):
+        return {"withheld": z3.Store(st.withheld, b, s, iu)}
+    return {"withheld": z3.Store(st.withheld, b, s, iu), "holes": z3.Store(st.holes, b, s, z3.Not(iu))}
+
+
+# ---------------------------------------------------------------------------------------------
+# Rung 1: admit / extend place one page
+
+
+def _place(c: Config, st: State, tag: str, mutant: str | None, new_owner: bool, name: str) -> list[Step]:
+    o, v, b, s = _args(tag, "o v b s")
+    vid_ok = fresh_vid(st, v)
+    if mutant == "reuse-bound-id":
+        vid_ok = z3.Or(vid_ok, st.bound[v])  # the free list holds an id that is still bound
+    own = st.owner[o] if not new_owner else z3.Not(st.owner[o])
+    held = {"held": z3.Store(st.held, o, v, True)} if mutant != "leak" else {}
+    owner = {"owner": z3.Store(st.owner, o, True)} if new_owner else {}
+    args = {"o": o, "v": v, "b": b, "s": s}
+    steps = []
+    # a hole of any band (first_holes); the planted bugs hand out a withheld slot or keep the hole
+    if mutant == "reuse-withheld":
+        hole_guard, slot_upd = st.withheld[b, s], {"withheld": z3.Store(st.withheld, b, s, False)}
+    elif mutant == "keep-hole":
+        hole_guard, slot_upd = st.holes[b, s], {}
+    else:
+        hole_guard, slot_upd = st.holes[b, s], {"holes": z3.Store(st.holes, b, s, False)}
+    steps.append(Step(name, "at a hole", z3.And(own, vid_ok, is_band(b), hole_guard),
+                      st.update(**bind(st, b, s, v), **slot_upd, **held, **owner), args))
+    if mutant in ("reuse-withheld", "keep-hole"):
+        return steps
+    for case, band, g, geom in frontier_cases(c, st, s, slack=mutant == "cross-band"):
+        steps.append(Step(name, case, z3.And(own, vid_ok, b == band, g),
+                          st.update(**bind(st, band, s, v), **geom, **held, **owner), args))
+    return steps
+
+
+def admit(c: Config, st: State, tag: str, mutant: str | None = None) -> list[Step]:
+    """``admit(owner, demand)``: a new owner and one new page of its demand, placed by rung 1."""
+    return _place(c, st, tag, mutant, True, "admit")
+
+
+def extend(c: Config, st: State, tag: str, mutant: str | None = None) -> list[Step]:
+    """``extend(owner, demand)``: one more page for an existing owner, placed by rung 1."""
+    return _place(c, st, tag, mutant, False, "extend")
+
+
+# ---------------------------------------------------------------------------------------------
+# Owners: share / slide / free
+
+
+def share(c: Config, st: State, tag: str, mutant: str | None = None) -> list[Step]:
+    """``share(owner, [v])``: the owner (created if new) also holds bound page ``v`` it did not hold."""
+    o, v = _args(tag, "o v")
+    ok = z3.And(z3.Not(st.held[o, v]), st.bound[v] if mutant != "share-unbound" else TRUE)
+    post = st.update(owner=z3.Store(st.owner, o, True), held=z3.Store(st.held, o, v, True))
+    return [Step("share", "one page", ok, post, {"o": o, "v": v})]
+
+
+def slide(c: Config, st: State, tag: str, mutant: str | None = None) -> list[Step]:
+    """``slide(owner, cls, 1)`` (and each page of ``drop``): the owner lets go of one page it holds; the page
+    is freed if no other owner holds it (``_unref`` / ``_free_page`` / ``_vacate``)."""
+    o, v = _args(tag, "o v")
+    last, iu = _bools(tag, "last iu")
+    b, s = st.vband[v], st.vslot[v]
+    is_last = z3.Not(other_owner(st, o, v)) if mutant != "free-while-shared" else TRUE
+    guard = z3.And(st.owner[o], st.held[o, v], last == is_last, iu == in_use(st, b, s))
+    freed = {"bound": z3.Store(st.bound, v, False), "free": z3.Store(st.free, v, True),
+             "live": z3.Store(st.live, b, s, False),
+             "content": clear_content(st, b, s, keep=mutant == "free-keeps-rows"), **vacate(st, b, s, iu, mutant)}
+    upd = {k: z3.If(last, t, getattr(st, k)) for k, t in freed.items()}
+    post = st.update(held=z3.Store(st.held, o, v, False), **upd)
+    return [Step("slide", "one page", guard, post, {"o": o, "v": v, "last": last, "iu": iu})]
+
+
+def free(c: Config, st: State, tag: str, mutant: str | None = None) -> list[Step]:
+    """``free(owner)``: the owner lets go of every page (all classes) and is forgotten; each page no other
+    owner holds is freed: unbound, its rows dropped, its slot withheld if a user holds it, else a hole."""
+    (o,) = _args(tag, "o")
+    FR = z3.Array(f"{tag}.freed", z3.IntSort(), z3.BoolSort())
+    IU = z3.Array(f"{tag}.in_use", z3.IntSort(), z3.IntSort(), z3.BoolSort())
+    x, bb, ss, e, r = (bvar(k, tag) for k in ("vid", "band", "slot", "entry", "row"))
+    if mutant == "free-leaks":
+        freed_def = z3.ForAll([x], z3.Not(FR[x]))  # the owner is deleted, its pages are never unreferenced
+    else:
+        freed_def = z3.ForAll([x], FR[x] == z3.And(st.held[o, x], z3.Not(other_owner(st, o, x))))
+    guard = z3.And(st.owner[o], freed_def, z3.ForAll([bb, ss], IU[bb, ss] == in_use(st, bb, ss)))
+    goes = z3.And(st.live[bb, ss], FR[st.p2v[bb, ss]])
+    holes = (z3.Lambda([bb, ss], z3.Or(st.holes[bb, ss], goes)) if mutant == "vacate-ignores-users" else
+             st.holes if mutant == "free-loses-slot" else
+             z3.Lambda([bb, ss], z3.Or(st.holes[bb, ss], z3.And(goes, z3.Not(IU[bb, ss])))))
+    withheld = (st.withheld if mutant == "vacate-ignores-users" else
+                z3.Lambda([bb, ss], z3.Or(st.withheld[bb, ss], z3.And(goes, IU[bb, ss]))))
+    content = (st.content if mutant == "free-keeps-rows" else
+               z3.Lambda([bb, ss, e, r], z3.And(st.content[bb, ss, e, r],
+                                                z3.Not(z3.And(st.live[bb, ss], FR[st.p2v[bb, ss]])))))
+    post = st.update(
+        owner=z3.Store(st.owner, o, False),
+        held=z3.Lambda([qo, qv], z3.And(st.held[qo, qv], qo != o)),
+        bound=z3.Lambda([x], z3.And(st.bound[x], z3.Not(FR[x]))),
+        free=z3.Lambda([x], z3.Or(st.free[x], FR[x])),
+        live=z3.Lambda([bb, ss], z3.And(st.live[bb, ss], z3.Not(FR[st.p2v[bb, ss]]))),
+        holes=holes, withheld=withheld, content=content)
+    return [Step("free", "every page", guard, post, {"o": o, "freed": FR})]
+
+
+# ---------------------------------------------------------------------------------------------
+# Ledger: acquire / release
+
+
+def acquire(c: Config, st: State, tag: str, mutant: str | None = None) -> list[Step]:
+    """``acquire(user, kind, vids)``: a new user holds the physical pages its (bound, distinct) vids are at,
+    recording vid and serial; ``writes`` is the kind's mode."""
+    (u,) = _args(tag, "u")
+    (wr,) = _bools(tag, "writes")
+    ACQ = z3.Array(f"{tag}.pages", z3.IntSort(), z3.IntSort(), z3.BoolSort())
+    x, bb, ss = (bvar(k, tag) for k in ("user", "band", "slot"))
+    ok = st.live[bb, ss] if mutant != "acquire-hole" else z3.Or(st.live[bb, ss], st.holes[bb, ss])
+    guard = z3.And(z3.Not(st.user[u]), z3.ForAll([bb, ss], z3.Implies(ACQ[bb, ss], ok)))
+    row = z3.And(x == u)
+    post = st.update(
+        user=z3.Store(st.user, u, True), writes=z3.Store(st.writes, u, wr),
+        holds=z3.Lambda([x, bb, ss], z3.If(row, ACQ[bb, ss], st.holds[x, bb, ss])),
+        hold_vid=z3.Lambda([x, bb, ss], z3.If(row, st.p2v[bb, ss], st.hold_vid[x, bb, ss])),
+        hold_gen=z3.Lambda([x, bb, ss], z3.If(row, st.gen[st.p2v[bb, ss]], st.hold_gen[x, bb, ss])))
+    return [Step("acquire", "a set of pages", guard, post, {"u": u, "writes": wr, "pages": ACQ})]
+
+
+def release(c: Config, st: State, tag: str, mutant: str | None = None) -> list[Step]:
+    """``release(user)``: the user ends; each withheld slot it held that no other live user holds becomes a
+    hole."""
+    (u,) = _args(tag, "u")
+    OTHER = z3.Array(f"{tag}.other", z3.IntSort(), z3.IntSort(), z3.BoolSort())
+    u2, bb, ss = (bvar(k, tag) for k in ("user", "band", "slot"))
+    other = z3.Exists([u2], z3.And(u2 != u, st.user[u2], st.holds[u2, bb, ss]))
+    guard = z3.And(st.user[u], z3.ForAll([bb, ss], OTHER[bb, ss] == other))
+    conv = z3.And(st.holds[u, bb, ss], st.withheld[bb, ss], z3.Not(OTHER[bb, ss]))
+    if mutant == "release-keeps-withheld":
+        conv = z3.BoolVal(False)
+    withheld = z3.Lambda([bb, ss], z3.And(st.withheld[bb, ss], z3.Not(conv)))
+    holes = (st.holes if mutant == "release-loses-slot" else
+             z3.Lambda([bb, ss], z3.Or(st.holes[bb, ss], conv)))
+    post = st.update(user=z3.Store(st.user, u, False), withheld=withheld, holes=holes)
+    return [Step("release", "one user", guard, post, {"u": u})]
+
+
+# ---------------------------------------------------------------------------------------------
+# Data
+
+
+def write(c: Config, st: State, tag: str, mutant: str | None = None) -> list[Step]:
+    """``write(vid, entry, row, tag)``: a row of an entry of a bound page gets content."""
+    v, e, r = _args(tag, "v e r")
+    b, s = st.vband[v], st.vslot[v]
+    rng = z3.And(0 <= e, e < pick(b, c.NE), 0 <= r, r < pick(b, c.NR))
+    guard = z3.And(st.bound[v], rng if mutant != "write-unchecked-row" else TRUE)
+    return [Step("write", "one row", guard, st.update(content=z3.Store(st.content, b, s, e, r, True)),
+                 {"v": v, "e": e, "r": r})]
+
+
+# ---------------------------------------------------------------------------------------------
+# Moves: move / compact / relayout
+
+
+def _move_post(st: State, b, src, dst, iu: z3.BoolRef, mutant: str | None, tag: str) -> tuple[State, dict]:
+    """``Arena._move``: the page at ``src`` goes to hole ``dst`` of the same band with all its rows; the vid
+    is remapped; ``src`` is vacated."""
+    v = st.p2v[b, src]
+    bb, ss, e, r = (bvar(k, tag + ".move") for k in ("band", "slot", "entry", "row"))
+    extra: dict = {}
+    if mutant == "partial-layer-move":  # dst gets one written row; src keeps them all
+        e0, r0 = _args(tag, "e0 r0")
+        extra = {"e0": e0, "r0": r0}
+        content = z3.Lambda([bb, ss, e, r], z3.If(
+            z3.And(bb == b, ss == dst), z3.And(st.content[b, src, e, r], e == e0, r == r0), st.content[bb, ss, e, r]))
+    else:
+        content = z3.Lambda([bb, ss, e, r], z3.If(
+            z3.And(bb == b, ss == dst), st.content[b, src, e, r],
+            z3.If(z3.And(bb == b, ss == src), False, st.content[bb, ss, e, r])))
+    holes = z3.Store(st.holes, b, dst, False)
+    upd = vacate(st.update(holes=holes), b, src, iu, mutant)
+    upd.setdefault("holes", holes)
+    post = st.update(live=z3.Store(z3.Store(st.live, b, src, False), b, dst, True),
+                     p2v=z3.Store(st.p2v, b, dst, v),
+                     vslot=st.vslot if mutant == "stale-v2p" else z3.Store(st.vslot, v, dst),
+                     content=content, **upd)
+    return post, extra
+
+
+def move(c: Config, st: State, tag: str, mutant: str | None = None) -> list[Step]:
+    """``Arena._move`` as ledger rules 2-4 allow it: a live page without a writer to a hole of its band."""
+    b, src, dst = _args(tag, "b src dst")
+    (iu,) = _bools(tag, "iu")
+    dst_ok = st.holes[b, dst] if mutant != "move-to-gap" else z3.Not(in_span(st, b, dst))
+    movable = z3.Not(has_writer(st, b, src)) if mutant != "move-written-page" else TRUE
+    guard = z3.And(is_band(b), st.live[b, src], dst_ok, movable, iu == in_use(st, b, src))
+    post, extra = _move_post(st, b, src, dst, iu, mutant, tag)
+    return [Step("move", "one page", guard, post, {"b": b, "src": src, "dst": dst, **extra})]
+
+
+def compact(c: Config, st: State, tag: str, mutant: str | None = None) -> list[Step]:
+    """One step of ``plan_compaction``: in an end band, the farthest live movable page (no writer) goes to
+    the hole nearest the anchor, while that hole is nearer the anchor than the page."""
+    src, dst = _args(tag, "src dst")
+    x = bvar("slot", tag)
+    (iu,) = _bools(tag, "iu")
+    steps = []
+    for band, up in ((LOW, True), (HIGH, False)):
+        def movable(s, band=band):
+            return z3.Not(has_writer(st, band, s)) if mutant != "move-page-with-writer" else TRUE
+
+        nearer = (lambda a, z: a < z) if up else (lambda a, z: a > z)
+        nearest_hole = z3.ForAll([x], z3.Implies(st.holes[band, x], z3.Not(nearer(x, dst))))
+        beyond = z3.And(nearer(src, x), in_span(st, band, x)) if up else z3.And(nearer(src, x),
+                                                                               in_span(st, band, x))
+        farthest = z3.ForAll([x], z3.Implies(z3.And(beyond, st.live[band, x]), z3.Not(movable(x))))
+        guard = z3.And(st.holes[band, dst], nearest_hole, st.live[band, src], movable(src), nearer(dst, src),
+                       farthest, iu == in_use(st, band, src))
+        post, extra = _move_post(st, band, src, dst, iu, mutant, tag)
+        replay = TRUE
+        if band == HIGH:  # compact(max_moves=1) takes the low band's move first, if it has one
+            h, s2 = bvar("slot", tag + ".h"), bvar("slot", tag + ".s")
+            low_mov = z3.Not(has_writer(st, LOW, s2)) if mutant != "move-page-with-writer" else TRUE
+            replay = z3.ForAll([h, s2], z3.Not(z3.And(st.holes[LOW, h], st.live[LOW, s2], h < s2, low_mov)))
+        steps.append(Step("compact", f"{'low' if up else 'high'} band", guard, post,
+                          {"b": z3.IntVal(band), "src": src, "dst": dst, **extra}, replay))
+    return steps
+
+
+def relayout_grow(c: Config, st: State, tag: str, mutant: str | None = None) -> list[Step]:
+    """``_retarget_float``, first part: the float's span grows by one slot of the gap (a new hole), or an
+    empty float starts at one; rung 3 keeps the target inside the room the ends leave."""
+    (s,) = _args(tag, "s")
+    out = []
+    for case, band, g, geom in frontier_cases(c, st, s, slack=mutant == "grow-crosses"):
+        if band != FLOAT:
+            continue
+        out.append(Step("relayout_grow", case, g, st.update(holes=z3.Store(st.holes, FLOAT, s, True), **geom),
+                        {"s": s}))
+    return out
+
+
+def relayout_move(c: Config, st: State, tag: str, mutant: str | None = None) -> list[Step]:
+    """``_retarget_float``, second part: a float page with no ledger user moves to a hole of the grown span."""
+    src, dst = _args(tag, "src dst")
+    (iu,) = _bools(tag, "iu")
+    free_of_users = z3.Not(in_use(st, FLOAT, src)) if mutant != "relayout-ignores-users" else TRUE
+    guard = z3.And(st.live[FLOAT, src], st.holes[FLOAT, dst], free_of_users, iu == in_use(st, FLOAT, src))
+    post, extra = _move_post(st, z3.IntVal(FLOAT), src, dst, iu, mutant, tag)
+    return [Step("relayout_move", "one page", guard, post, {"b": z3.IntVal(FLOAT), "src": src, "dst": dst,
+                                                            **extra})]
+
+
+def relayout_trim(c: Config, st: State, tag: str, mutant: str | None = None) -> list[Step]:
+    """``_retarget_float``, last part: the span becomes the target ``[t, t_end)``; every slot left outside is
+    a hole (sources moved in, obstacles inside the target), and goes back to the gap."""
+    t, t_end = _args(tag, "t t_end")
+    x, bb, ss = bvar("slot", tag), bvar("band", tag + ".l"), bvar("slot", tag + ".l")
+    outside = z3.And(in_span(st, FLOAT, x), z3.Not(z3.And(t <= x, x < t_end)))
+    ok = st.holes[FLOAT, x] if mutant != "trim-drops-withheld" else z3.Or(st.holes[FLOAT, x],
+                                                                          st.withheld[FLOAT, x])
+    guard = z3.And(st.lo[FLOAT] <= t, t < t_end, t_end <= st.hi[FLOAT], z3.ForAll([x], z3.Implies(outside, ok)))
+    gone = z3.And(bb == FLOAT, in_span(st, FLOAT, ss), z3.Not(z3.And(t <= ss, ss < t_end)))
+    post = st.update(holes=z3.Lambda([bb, ss], z3.And(st.holes[bb, ss], z3.Not(gone))),
+                     **set_geom(st, FLOAT, lo=t, hi=t_end))
+    return [Step("relayout_trim", "to the target", guard, post, {"t": t, "t_end": t_end})]
+
+
+def absorb(c: Config, st: State, tag: str, mutant: str | None = None) -> list[Step]:
+    """One step of ``Band.absorb_boundary_holes``: a hole on an edge a band grows from goes back to the gap
+    (the low band's top, the high band's bottom, either edge of a float); an emptied float is parked."""
+    lo, hi = st.lo, st.hi
+    edge = st.withheld if mutant == "absorb-withheld" else st.holes
+    cases = [("low top", LOW, hi[LOW] - 1, set_geom(st, LOW, hi=hi[LOW] - 1)),
+             ("high bottom", HIGH, lo[HIGH], set_geom(st, HIGH, lo=lo[HIGH] + 1))]
+    for case, s, new_lo, new_hi in (("float top", hi[FLOAT] - 1, lo[FLOAT], hi[FLOAT] - 1),
+                                    ("float bottom", lo[FLOAT], lo[FLOAT] + 1, hi[FLOAT])):
+        emptied = new_lo == new_hi
+        cases.append((case, FLOAT, s, set_geom(st, FLOAT, lo=z3.If(emptied, 0, new_lo), hi=z3.If(emptied, 0, new_hi))))
+    if mutant == "absorb-low-bottom":  # the low band gives back a hole at its anchor edge
+        cases.append(("low bottom", LOW, lo[LOW], set_geom(st, LOW, lo=lo[LOW] + 1)))
+    out = []
+    for case, band, s, geom in cases:
+        guard = z3.And(lo[band] < hi[band], edge[band, s])
+        post = st.update(holes=z3.Store(st.holes, band, s, False), **geom)
+        out.append(Step("absorb", case, guard, post, {"b": z3.IntVal(band), "s": s}))
+    return out
+
+
+TRANSITIONS: tuple[Transition, ...] = (
+    Transition("admit", admit.__doc__ or "", admit),
+    Transition("extend", extend.__doc__ or "", extend),
+    Transition("share", share.__doc__ or "", share),
+    Transition("slide", slide.__doc__ or "", slide),
+    Transition("free", free.__doc__ or "", free),
+    Transition("acquire", acquire.__doc__ or "", acquire),
+    Transition("release", release.__doc__ or "", release),
+    Transition("write", write.__doc__ or "", write),
+    Transition("move", move.__doc__ or "", move),
+    Transition("compact", compact.__doc__ or "", compact),
+    Transition("relayout_grow", relayout_grow.__doc__ or "", relayout_grow, from_settled=False),
+    Transition("relayout_move", relayout_move.__doc__ or "", relayout_move, from_settled=False),
+    Transition("relayout_trim", relayout_trim.__doc__ or "", relayout_trim, from_settled=False),
+    Transition("absorb", absorb.__doc__ or "", absorb, from_settled=False),
+)
+BY_NAME = {t.name: t for t in TRANSITIONS}
+
+NO, BO, LS, PA, VM, BC, FF = ("INV-NO-OVERLAP", "INV-BAND-ORDER", "INV-LEDGER-SAFETY", "INV-PAGE-ATOMIC",
+                              "INV-VMAP-BIJECTIVE", "INV-BYTE-CONSERVATION", "INV-FEASIBILITY-FLOOR")
+
+MUTANTS: tuple[Mutant, ...] = (
+    Mutant("reuse-withheld", "admit", (LS,), "rung 1 hands out a withheld slot a user still reads"),
+    Mutant("keep-hole", "admit", (NO, BC), "the new page's slot stays a hole too (counted twice)"),
+    Mutant("cross-band", "admit", (BO,), "a frontier grows one page past its gap into the neighbour",
+           "overlap-off-by-one-frontier"),
+    Mutant("reuse-bound-id", "admit", (VM,), "the free-id heap holds an id that is still bound"),
+    Mutant("reuse-withheld", "extend", (LS,), "rung 1 hands out a withheld slot a user still reads"),
+    Mutant("cross-band", "extend", (NO, BO, BC), "a frontier grows one page past its gap into the neighbour",
+           "overlap-off-by-one-frontier"),
+    Mutant("leak", "extend", (VM,), "the page is bound but the owner does not record it"),
+    Mutant("share-unbound", "share", (VM,), "share does not check that the id is bound"),
+    Mutant("vacate-ignores-users", "slide", (LS,), "a freed page still used by a transfer becomes a hole",
+           "reuse-withheld-page"),
+    Mutant("free-while-shared", "slide", (VM,), "the page is freed although another owner holds it",
+           "double-free-accepted"),
+    Mutant("free-keeps-rows", "slide", (PA,), "a freed page's rows stay behind for the next owner"),
+    Mutant("free-loses-slot", "slide", (NO, BC), "the freed slot becomes neither a hole nor withheld"),
+    Mutant("vacate-ignores-users", "free", (LS,), "a freed page still used by a transfer becomes a hole",
+           "reuse-withheld-page"),
+    Mutant("free-leaks", "free", (VM,), "the owner is forgotten but its pages are never unreferenced"),
+    Mutant("free-keeps-rows", "free", (PA,), "a freed page's rows stay behind for the next owner"),
+    Mutant("free-loses-slot", "free", (NO, BC), "the freed slot becomes neither a hole nor withheld"),
+    Mutant("acquire-hole", "acquire", (LS,), "acquire records a slot that is not live (a stale translation)"),
+    Mutant("release-keeps-withheld", "release", (LS,), "the last user leaves but the slot stays withheld"),
+    Mutant("release-loses-slot", "release", (NO, BC), "the last user leaves and the slot vanishes from the band"),
+    Mutant("write-unchecked-row", "write", (PA,), "write does not check the entry / row range"),
+    Mutant("move-written-page", "move", (LS,), "a page a writer holds is moved", "move-page-with-writer"),
+    Mutant("stale-v2p", "move", (VM,), "the move does not remap the virtual page", "stale-v2p-after-move"),
+    Mutant("partial-layer-move", "move", (PA,), "the move copies one row; the others stay at the old slot",
+           "partial-layer-move"),
+    Mutant("move-to-gap", "move", (NO, BC), "the destination is a gap slot outside the band's span"),
+    Mutant("move-page-with-writer", "compact", (LS,), "compaction moves a page a writer holds",
+           "move-page-with-writer"),
+    Mutant("stale-v2p", "compact", (VM,), "the move does not remap the virtual page", "stale-v2p-after-move"),
+    Mutant("partial-layer-move", "compact", (PA,), "the move copies one row; the others stay at the old slot",
+           "partial-layer-move"),
+    Mutant("compact-loses-source", "compact", (NO, BC), "the moved page's old slot becomes nothing"),
+    Mutant("grow-crosses", "relayout_grow", (NO, BO, BC), "the float's target reaches one page into a neighbour"),
+    Mutant("relayout-ignores-users", "relayout_move", (LS,), "rung 3 moves a float page a user holds",
+           "relayout-ignores-users"),
+    Mutant("stale-v2p", "relayout_move", (VM,), "the move does not remap the virtual page",
+           "stale-v2p-after-move"),
+    Mutant("partial-layer-move", "relayout_move", (PA,), "the move copies one row; the others stay behind",
+           "partial-layer-move"),
+    Mutant("relayout-loses-source", "relayout_move", (NO, BC), "the moved page's old slot becomes nothing"),
+    Mutant("trim-drops-withheld", "relayout_trim", (NO, BC), "the target span leaves a withheld slot outside",
+           "relayout-ignores-users"),
+    Mutant("absorb-withheld", "absorb", (NO, BC), "absorption gives a withheld boundary slot to the gap"),
+    Mutant("absorb-low-bottom", "absorb", (BO,), "the low band gives back a hole at its anchor (byte 0)"),
+)
+
+# Obligations with no planted bug, and why none is meaningful. Pairs where the transition writes no field
+# the invariant reads are "frame" obligations, found and checked mechanically by the harness.
+NO_MUTANT: dict[tuple[str, str], str] = {
+    ("admit", PA): "binding only makes a slot live and clears its rows: both can only strengthen PAGE-ATOMIC; "
+                   "rows come from write (write-unchecked-row) and leave with moves and frees",
+    ("extend", PA): "binding only makes a slot live and clears its rows: both can only strengthen PAGE-ATOMIC",
+    ("relayout_grow", LS): "the new hole is a gap slot, and no user holds a gap slot (a held slot is live or "
+                           "withheld, hence inside its span): no slot choice can break the ledger",
+    ("relayout_trim", LS): "the trim removes only holes from the span; a trim that leaves a withheld slot "
+                           "outside breaks NO-OVERLAP (trim-drops-withheld) while the hold still finds its slot "
+                           "withheld",
+    ("relayout_trim", BO): "a trim only shrinks the float's span inside its old span, which keeps the chain "
+                           "order; a span that reaches a neighbour is relayout_grow's bug (grow-crosses)",
+    ("absorb", LS): "absorption removes a hole, and a hole has no user; absorbing a withheld slot breaks "
+                    "NO-OVERLAP (absorb-withheld) while the hold still finds its slot withheld",
+}
+
+INIT_MUTANTS: tuple[Mutant, ...] = (
+    Mutant("init-skips-floor", "init", (FF,), "construction does not check the feasibility floor"),
+    Mutant("init-high-unanchored", "init", (BO,), "the high band starts at slot 0 instead of its top"),
+)
+
+
+def init_mutant(c: Config, st: State, name: str) -> z3.BoolRef:
+    """``Init`` with one planted bug of the constructor."""
+    body = init(c, st).children()
+    if name == "init-skips-floor":
+        floor = floor_ok(c)
+        return z3.And(*[a for a in body if not a.eq(floor)])
+    if name == "init-high-unanchored":
+        anchors = (st.lo[HIGH] == c.TOP, st.hi[HIGH] == c.TOP)
+        kept = [a for a in body if not any(a.eq(x) for x in anchors)]
+        return z3.And(*kept, st.lo[HIGH] == 0, st.hi[HIGH] == 0)
+    raise KeyError(name)
