@@ -302,7 +302,7 @@ class Arena:
             win_hi = nxt.lo_byte if nxt is not None else high.lo_byte - b
             if win_hi < win_lo:
                 return None
-            obstacles = sorted(band.withheld | {s for s in band.live if self._in_use((band.name, s))})
+            obstacles = sorted(band.withheld | self._used_live(band))
             r = plan_float_relayout(band, win_lo, win_hi, demand.get(band.name, 0),
                                     self.hints.get(band.name, 0), obstacles)
             if r is None:
@@ -312,6 +312,10 @@ class Arena:
             spans[band.name] = r.span
             win_lo = r.span[1] * band.page_bytes if r.span[1] > r.span[0] else win_lo
         return moves, views, spans
+
+    def _used_live(self, band: Band) -> set[int]:
+        """Live slots of ``band`` that a ledger user holds (from the use counts: O(pages in use))."""
+        return {s for (c, s) in (*self.readers, *self.writers) if c == band.name and s in band.live}
 
     def _in_use(self, page: PhysPage) -> bool:
         return self.readers[page] > 0 or self.writers[page] > 0

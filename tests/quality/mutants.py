@@ -69,7 +69,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "dropping a page the owner does not hold is accepted and decrements another owner's count",
            also=(("            del held[self.v2p[v][0]][v]", "            held[self.v2p[v][0]].pop(v, None)"),)),
     Mutant("relayout-ignores-users", arena_mod,
-           "obstacles = sorted(band.withheld | {s for s in band.live if self._in_use((band.name, s))})",
+           "obstacles = sorted(band.withheld | self._used_live(band))",
            "obstacles = sorted(band.withheld)",
            ("INV-LEDGER-SAFETY", "INV-NO-OVERLAP"),
            "relayout moves float pages that a ledger user holds (a reader's withheld slot ends up outside "
