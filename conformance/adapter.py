@@ -35,11 +35,10 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from kvarena.spec.models import ArenaConfig
-from kvarena.spec.types import Plan, UserKind
+from kvarena.spec.types import Observation, Plan, UserKind
 
 LEVELS = ("safety", "decisions", "exact")
 
@@ -54,16 +53,6 @@ REFERENCE_ALIAS = "reference"  # ``--impl reference``: the reference itself (a s
 class AdapterError(AssertionError):
     """The implementation does not speak the adapter protocol: a missing method, a wrong return
     shape, a factory that cannot be imported or raised.  Not a divergence: fix the adapter first."""
-
-
-@dataclass(frozen=True)
-class Observation:
-    """The placement-level state an implementation exposes (all sorted, all plain ints)."""
-
-    v2p: dict[int, tuple[str, int]]  # virtual page -> (class, slot)
-    spans: dict[str, tuple[int, int]]  # class -> [lo, hi) slots
-    holes: dict[str, tuple[int, ...]]
-    withheld: dict[str, tuple[int, ...]]
 
 
 @runtime_checkable

@@ -11,7 +11,7 @@ the level's checks run on the implementation:
 ``exact``      + the same virtual ids, v->p, spans, holes, withheld (and plans, if it returns them)
 
 The operation alphabet (:data:`RULES`) is the one of ``conformance/machine.py`` plus every error path,
-and it is shared with the vector generator (vectors.py), which draws from it with a seeded
+and it is shared with the vector scenarios (scenarios.py), which draw from it with a seeded
 ``random.Random`` instead of Hypothesis.
 
     lockstep_for(factory, "decisions")           # a RuleBasedStateMachine class
@@ -39,6 +39,7 @@ from kvarena.conformance.harness import (
     config_to_json,
     construct_pair,
 )
+from kvarena.spec.errors import CapacityTooSmallError
 from kvarena.spec.models import ArenaConfig, preset
 from kvarena.spec.types import UserKind
 
@@ -123,8 +124,11 @@ def bad_ids(c: Conductor) -> list[Any]:
         ref_bound = c.oracle.arena.v2p
         imp_bound = c._obs.v2p if c.impl is not None and c._obs is not None else {}
         for h, v in sorted(c.oracle.h.dead_vid.items())[-4:]:
-            if v not in ref_bound and (c.impl is None or c.impl.h.dead_vid.get(h, -1) not in imp_bound):
-                out.append({"dead": h})
+            if v in ref_bound:
+                continue
+            if c.impl is not None and (h not in c.impl.h.dead_vid or c.impl.h.dead_vid[h] in imp_bound):
+                continue  # never bound there (an admission undone at safety), or its id is taken again
+            out.append({"dead": h})
     return out
 
 
@@ -464,7 +468,7 @@ def start(factory: Callable[[ArenaConfig], Any] | None, model: str, capacity: in
         if factory is None:
             try:
                 oracle = LiveReference(config)
-            except Exception:  # CapacityTooSmallError: try a larger arena
+            except CapacityTooSmallError:  # try a larger arena
                 capacity += step
                 continue
             return Conductor(Geometry.of(config), oracle, config_json=config_to_json(config))

@@ -11,16 +11,20 @@ from __future__ import annotations
 
 import os
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
 _SUPPRESS = [HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large]
+# The explain phase re-runs failures under coverage tracing: as slow as the whole shrink, and the
+# shrunk trace already says what happened.
+_PHASES = [Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink]
 
 PROFILES = {
     "ci": dict(derandomize=True, database=None, deadline=None, print_blob=True, max_examples=200,
-               stateful_step_count=50, suppress_health_check=_SUPPRESS),
+               stateful_step_count=50, suppress_health_check=_SUPPRESS, phases=_PHASES),
     "nightly": dict(deadline=None, max_examples=1500, stateful_step_count=120,
-                    suppress_health_check=_SUPPRESS),
-    "dev": dict(deadline=None, max_examples=60, stateful_step_count=40, suppress_health_check=_SUPPRESS),
+                    suppress_health_check=_SUPPRESS),  # keeps the explain phase: nightly has the time
+    "dev": dict(deadline=None, max_examples=60, stateful_step_count=40, suppress_health_check=_SUPPRESS,
+                phases=_PHASES),
 }
 
 

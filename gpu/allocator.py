@@ -20,7 +20,6 @@ from dataclasses import dataclass
 
 import torch
 
-from kvarena.conformance.adapter import Observation
 from kvarena.gpu.arena import DeviceArena
 from kvarena.gpu.kernels.move import move_pages
 from kvarena.gpu.kernels.translate import translate_tokens
@@ -39,7 +38,7 @@ from kvarena.spec.errors import (
     UnknownPageError,
 )
 from kvarena.spec.models import ArenaConfig, chain, worst_case_demand
-from kvarena.spec.types import Mode, Move, Plan, Rung, UserKind
+from kvarena.spec.types import Mode, Move, Observation, Plan, Rung, UserKind
 
 
 def _is_int(x: object) -> bool:

@@ -1,31 +1,30 @@
 """``kvarena replay``: one mixed trace through the unified arena and the split-pool baseline.
 
 A deliberately simple step-driven scheduler (FIFO, head-of-line admission, one
-token per request per step, retract-newest on decode OOM) drives both
-allocators through the same API; the invariants are checked as it goes.
+token per request per step, retract-newest on decode OOM; kvarena/scheduler.py,
+shared with ``kvarena simulate``) drives both allocators through the same API;
+the invariants are checked as it goes.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import random
 import sys
 import time
-from collections import defaultdict, deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from kvarena.reference.arena import Arena
 from kvarena.reference.invariants import check_all
 from kvarena.reference.split import SplitPools, split_regions
-from kvarena.replay_trace import Arrival, GiB, build_trace, kv_budget, request_demand
-from kvarena.spec.errors import AdmissionRejectedError, ArenaError, ConfigError, InvariantViolation
-from kvarena.spec.layout import Kind
+from kvarena.replay_trace import Arrival, GiB, build_trace, kv_budget
+from kvarena.scheduler import SchedulerInvariantError, SchedulerModel, TraceSource
+from kvarena.scheduler import run as run_scheduler
+from kvarena.spec.errors import ArenaError, ConfigError
 from kvarena.spec.models import PRESETS, ArenaConfig, preset
-from kvarena.spec.types import UserKind
 
-# ---- scheduler model ----------------------------------------------------------------------
+# ---- scheduler model (kvarena/scheduler.py, shared with `kvarena simulate`) -----------------------
 # Decode headroom kept at admission, as SGLang's new_token_ratio: reserve this share of every
 # running request's remaining output. It decays each step (admitting more) and resets on a
 # retraction, so the scheduler probes memory the way SGLang's does.
@@ -33,6 +32,7 @@ NEW_TOKEN_RATIO = (0.7, 0.1, 0.001)  # initial, floor, decay per step
 FWD_REQUESTS = 4  # requests whose pages a simulated forward pass holds in the ledger each step
 DEFAULT_CHECK_EVERY = 200  # steps between full invariant checks (O(arena) each)
 STALL_STEPS = 50_000  # far beyond any request's output plus its wait in the built-in trace
+ReplayInvariantError = SchedulerInvariantError
 
 
 @dataclass
@@ -59,17 +59,6 @@ class Metrics:
     wall_s: float = 0.0
 
 
-class _Req:
-    __slots__ = ("admit_step", "arrival", "epoch", "finish", "first_admit", "input", "output", "pos",
-                 "rid", "vids")
-
-    def __init__(self, rid: int, a: Arrival) -> None:
-        self.rid, self.arrival, self.input, self.output = rid, a.step, a.input_tokens, a.output_tokens
-        self.admit_step = self.finish = self.first_admit = self.pos = -1
-        self.epoch = 0  # bumped when it stops running: its scheduled events of older epochs are stale
-        self.vids: dict[str, list[int]] = {}
-
-
 class Progress:
     """One carriage-return line on a TTY (at most 10 updates a second), else lines at 25 / 50 / 75 %."""
 
@@ -92,196 +81,17 @@ class Progress:
             self._quarter = 0
 
 
-class ReplayInvariantError(Exception):
-    def __init__(self, label: str, step: int, err: InvariantViolation) -> None:
-        super().__init__(f"invariant violated in {label} at step {step}: {err}")
-        self.inv = err.inv
-
-
 def replay(alloc: Arena, trace: list[Arrival], label: str, check_every: int = DEFAULT_CHECK_EVERY,
            progress: Callable[[str, int, int, int, int], None] | None = None, seed: int = 0) -> Metrics:
-    """Run ``trace`` through ``alloc``; raises ReplayInvariantError on the first violation."""
-    t0 = time.perf_counter()
-    cfg, ps = alloc.config, alloc.config.page_size
-    full = next(c.name for c in cfg.model.classes if c.kind is Kind.FULL)
-    windows = {c.name: -(-c.window // ps) + 1 for c in cfg.model.classes if c.kind is Kind.WINDOW}
-    grow_demand = {full: 1, **dict.fromkeys(windows, 1)}
-    pbytes = {c: alloc.bands[c].page_bytes for c in alloc.order}
-    split = isinstance(alloc, SplitPools)
-    m = Metrics(label, requests=len(trace))
-    reqs = [_Req(i, a) for i, a in enumerate(trace)]
-    queue: deque[_Req] = deque()
-    active: dict[int, _Req] = {}  # admission order: the last one is the newest (retraction victim)
-    pool: list[_Req] = []  # the same requests, for O(1) random picks
-    grow: defaultdict[int, list[tuple[_Req, int]]] = defaultdict(list)  # step -> page-boundary crossings
-    fin: defaultdict[int, list[tuple[_Req, int]]] = defaultdict(list)  # step -> last token
-    rng = random.Random(seed)
-    ratio = NEW_TOKEN_RATIO[0]
-    sum_finish = 0  # sum of active finish steps: remaining output of all = sum_finish - n * step
-    users: list[str] = []
-    nxt = step = 0
-    last_check = -1
-
-    def unlink(r: _Req) -> None:
-        nonlocal sum_finish
-        del active[r.rid]
-        last = pool.pop()
-        if last is not r:
-            pool[r.pos], last.pos = last, r.pos
-        sum_finish -= r.finish
-        r.epoch += 1
-
-    def retract(r: _Req) -> None:
-        nonlocal ratio
-        ratio = NEW_TOKEN_RATIO[0]
-        gen = max(0, step - r.admit_step - 1)  # this step's token is lost with it
-        alloc.free(f"r{r.rid}")
-        unlink(r)
-        r.input, r.output = r.input + gen, r.output - gen
-        queue.appendleft(r)
-        m.retractions += 1
-        m.operations += 1
-
-    def settle() -> None:
-        """The forward pass of the last step finishes: its pages may move and be reused again."""
-        for uid in users:
-            alloc.release(uid)
-        m.operations += len(users)
-        users.clear()
-
-    def on_grow(r: _Req) -> None:
-        while True:
-            try:
-                m.operations += 1
-                got = alloc.extend(f"r{r.rid}", grow_demand).pages
-                break
-            except AdmissionRejectedError:
-                if users:  # wait for the in-flight forward (as SGLang's urgent flush), then retry
-                    settle()
-                    m.forward_waits += 1
-                    continue
-                victim = active[next(reversed(active))]
-                retract(victim)
-                if victim is r:
-                    return
-        for c, vs in got.items():
-            r.vids[c].extend(vs)
-        for c, keep in windows.items():  # drop window pages wholly outside the window
-            if (n := len(r.vids[c]) - keep) > 0:
-                alloc.slide(f"r{r.rid}", c, n)
-                del r.vids[c][:n]
-                m.operations += 1
-        if step + ps <= r.finish:
-            grow[step + ps].append((r, r.epoch))
-
-    def headroom(r: _Req, demand: dict[str, int]) -> bool:
-        if not active:
-            return True  # always admit one: the feasibility floor says it fits an empty allocator
-        reserve = -(-int(ratio * (sum_finish - len(active) * step + r.output)) // ps)
-        if split:
-            return all(demand.get(c, 0) + (reserve if c == full else 0) <= len(alloc.bands[c].holes)
-                       for c in alloc.order)
-        return sum(n * pbytes[c] for c, n in demand.items()) + reserve * pbytes[full] <= alloc.free_bytes()
-
-    def admit() -> None:
-        nonlocal sum_finish
-        while queue:
-            r = queue[0]
-            demand = request_demand(cfg.model, ps, r.input)
-            if not headroom(r, demand):
-                m.rejected_headroom += 1
-                return
-            try:
-                m.operations += 1
-                got = alloc.admit(f"r{r.rid}", demand).pages
-            except AdmissionRejectedError:
-                if users:
-                    settle()
-                    m.forward_waits += 1
-                    continue
-                m.rejected_ladder += 1
-                return
-            queue.popleft()
-            r.vids = {c: list(got.get(c, ())) for c in alloc.order}
-            r.admit_step, r.finish, r.pos = step, step + r.output, len(pool)
-            r.first_admit = step if r.first_admit < 0 else r.first_admit
-            active[r.rid] = r
-            pool.append(r)
-            sum_finish += r.finish
-            first = step + -(-r.input // ps) * ps - r.input + 1  # first step whose token needs a new page
-            if first <= r.finish:
-                grow[first].append((r, r.epoch))
-            fin[r.finish].append((r, r.epoch))
-
-    def forward() -> None:
-        # a forward pass reads KV of a few requests and writes their newest page: the ledger at work
-        picks = {pool[rng.randrange(len(pool))].rid: None for _ in range(min(FWD_REQUESTS, len(pool)))}
-        reads, writes = [], []
-        for rid in picks:
-            v = active[rid].vids
-            reads += [v[full][0]] + [x for c in alloc.order if c != full for x in v[c]]
-            writes.append(v[full][-1])
-        for uid, kind, vids in ((f"fr{step}", UserKind.FORWARD_READ, reads),
-                                (f"fw{step}", UserKind.FORWARD_WRITE, writes)):
-            vids = list(dict.fromkeys(vids))
-            if vids:
-                alloc.acquire(uid, kind, vids)
-                users.append(uid)
-                m.operations += 1
-
-    def check() -> None:
-        try:
-            check_all(alloc)
-        except InvariantViolation as e:
-            raise ReplayInvariantError(label, step, e) from e
-        m.invariant_checks += 1
-
-    stall = (0, 0)  # (completed, step) at the last completion: a livelock guard
-    while m.completed < len(reqs):  # one iteration = one scheduler step
-        if m.completed != stall[0]:
-            stall = (m.completed, step)
-        elif step - stall[1] > STALL_STEPS:
-            raise RuntimeError(f"{label}: no request completed in {STALL_STEPS} steps (step {step}, "
-                               f"{len(active)} running, {len(queue)} queued): the scheduler model livelocked")
-        if not active and not queue and nxt < len(reqs):
-            step = max(step, reqs[nxt].arrival)  # idle: jump to the next arrival
-        while nxt < len(reqs) and reqs[nxt].arrival <= step:
-            queue.append(reqs[nxt])
-            nxt += 1
-        for r, ep in grow.pop(step, ()):
-            if ep == r.epoch:
-                on_grow(r)
-        for r, ep in fin.pop(step, ()):
-            if ep == r.epoch:
-                alloc.free(f"r{r.rid}")
-                unlink(r)
-                m.completed += 1
-                m.operations += 1
-        admit()
-        # last step's forward ran while this step's frees and moves were planned (an overlap
-        # scheduler): it lets go of its pages only now, so pages it held were withheld meanwhile
-        settle()
-        if pool:
-            forward()
-        ratio = max(NEW_TOKEN_RATIO[1], ratio - NEW_TOKEN_RATIO[2])
-        m.max_active = max(m.max_active, len(active))
-        m.peak_utilization = max(m.peak_utilization, alloc.used_bytes() / alloc.capacity)
-        if check_every and step // check_every != last_check:
-            last_check = step // check_every
-            check()
-        if progress is not None:
-            progress(label, m.completed, len(reqs), step, len(active))
-        step += 1
-    for uid in users:
-        alloc.release(uid)
-    check()  # the end state, ledger empty
-    st = alloc.stats
-    m.admitted, m.steps = st.admitted, step
-    m.moves, m.bytes_moved = {k: st.moves[k] for k in (2, 3)}, {k: st.bytes_moved[k] for k in (2, 3)}
-    m.rung_used = dict(st.rung_used)
-    m.mean_wait_steps = sum(r.first_admit - r.arrival for r in reqs) / max(1, len(reqs))
-    m.wall_s = time.perf_counter() - t0
-    return m
+    """Run ``trace`` through ``alloc`` (the shared scheduler model, one whole prompt per step, clock in
+    steps); raises ReplayInvariantError on the first violation."""
+    model = SchedulerModel(new_token_ratio=NEW_TOKEN_RATIO, forward_requests=FWD_REQUESTS,
+                           check_every=check_every, stall_steps=STALL_STEPS)
+    r = run_scheduler(alloc, TraceSource(trace), label, model, seed=seed, progress=progress,
+                      check=lambda a: check_all(a))  # looked up at call time (tests plant a broken check)
+    return Metrics(label, r.requests, r.admitted, r.completed, r.max_active, r.rejected_headroom,
+                   r.rejected_ladder, r.retractions, r.forward_waits, r.mean_wait_steps, r.steps, r.moves,
+                   r.bytes_moved, r.rung_used, r.peak_utilization, r.invariant_checks, r.operations, r.wall_s)
 
 
 def compare(config: ArenaConfig, seed: int = 0, scale: float = 1.0, check_every: int = DEFAULT_CHECK_EVERY,

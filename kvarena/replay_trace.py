@@ -7,8 +7,8 @@ Every phase is sized to the budget, so both allocators under comparison must que
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
 
+from kvarena.scheduler import Arrival
 from kvarena.spec.errors import ConfigError
 from kvarena.spec.layout import Kind
 from kvarena.spec.models import ArenaConfig, ModelSpec
@@ -44,14 +44,6 @@ PHASES = (
     ("mixed", ((0.6, SHORT), (0.35, MEDIUM), (0.05, LONG)), 512, 1.3),
 )
 PHASE_GAP = 256  # quiet steps between phases
-
-
-@dataclass(frozen=True)
-class Arrival:
-    step: int
-    input_tokens: int
-    output_tokens: int
-    phase: str
 
 
 def kv_budget(model: str) -> tuple[int, str]:

@@ -170,13 +170,16 @@ def in_domain(st: M.State, args: dict, domain: dict[str, range] = WITNESS_DOMAIN
     out = [st.hi[k] <= slots.stop - 1 for k in M.BANDS]
     out += [st.next_vid <= vids.stop - 1, st.next_gen <= 60,
             z3.ForAll([b, s], z3.Implies(st.live[b, s], z3.And(st.p2v[b, s] >= vids.start,
-                                                               st.p2v[b, s] < vids.stop)))]
+                                                               st.p2v[b, s] < vids.stop))),
+            z3.ForAll([M.qv], z3.Implies(st.bound[M.qv], z3.And(st.vslot[M.qv] >= slots.start,
+                                                                st.vslot[M.qv] < slots.stop)))]
     roles = {"o": "owner", "u": "user", "v": "vid", "e": "entry", "r": "row", "e0": "entry", "r0": "row",
              "src": "slot", "dst": "slot", "s": "slot", "t": "slot", "t_end": "slot", "b": "band"}
     for name, a in args.items():
         if name in roles and z3.is_int(a):
             rng = domain[roles[name]]
-            out.append(z3.And(a >= rng.start, a <= rng.stop))
+            top = rng.stop if name == "t_end" else rng.stop - 1
+            out.append(z3.And(a >= rng.start, a <= top))
     return z3.And(*out)
 
 
@@ -224,36 +227,34 @@ def reads_of(inv: str) -> frozenset[str]:
     return frozenset().union(*[k.reads for k in M.conjuncts(inv)])
 
 
+def _prove(c: M.Config, hypotheses: list[z3.BoolRef], goal: z3.BoolRef, timeout_ms: int) -> tuple[str, float, str]:
+    """``hypotheses ⇒ goal`` on a fresh solver. (One solver per query: with push/pop the instantiations of
+    earlier queries made one obligation time out; fresh solvers take about 6 s for all of them.)"""
+    s = z3.Solver()
+    s.set(timeout=timeout_ms)
+    s.add(*hypotheses, z3.Not(goal))
+    return _check(s)
+
+
 def prove_transition(tr: T.Transition, invs: Iterable[str], timeout_ms: int) -> dict[str, list[Query]]:
     c, pre = M.config(), M.state("pre")
     out: dict[str, list[Query]] = {inv: [] for inv in invs}
+    inv_pre = M.invariant(c, pre)
     for st in tr.build(c, pre, tr.name):
-        s = z3.Solver()
-        s.set(timeout=timeout_ms)
-        s.add(M.config_ok(c), M.invariant(c, pre), st.guard)
         for inv in out:
             for k in M.conjuncts(inv):
-                s.push()
-                s.add(z3.Not(k.formula(c, st.post)))
-                status, dt, why = _check(s)
-                s.pop()
+                status, dt, why = _prove(c, [M.config_ok(c), inv_pre, st.guard], k.formula(c, st.post), timeout_ms)
                 out[inv].append(Query(st.case, k.name, status, dt, why))
     return out
 
 
 def prove_init(invs: Iterable[str], timeout_ms: int) -> dict[str, list[Query]]:
     c, pre = M.config(), M.state("init")
-    s = z3.Solver()
-    s.set(timeout=timeout_ms)
-    s.add(M.config_ok(c), M.init(c, pre))
     out: dict[str, list[Query]] = {}
     for inv in invs:
         out[inv] = []
         for k in M.conjuncts(inv):
-            s.push()
-            s.add(z3.Not(k.formula(c, pre)))
-            status, dt, why = _check(s)
-            s.pop()
+            status, dt, why = _prove(c, [M.config_ok(c), M.init(c, pre)], k.formula(c, pre), timeout_ms)
             out[inv].append(Query("empty arena", k.name, status, dt, why))
     return out
 
@@ -276,12 +277,14 @@ def _witness_solver(c: M.Config, timeout_ms: int) -> z3.Solver:
     return s
 
 
-def find_witness(tr: T.Transition, timeout_ms: int, mutant: str | None = None,
-                 breaks: str | None = None) -> tuple[list[tuple[str, str, float]], Witness | None]:
-    """Non-vacuity (``mutant`` None: a live page before and after) or a mutant's counterexample (``breaks``:
-    a main conjunct of that ID fails after the step). Returns (per-case statuses, the first witness)."""
+def find_witnesses(tr: T.Transition, timeout_ms: int, mutant: str | None = None, breaks: str | None = None,
+                   every_case: bool = False) -> tuple[list[tuple[str, str, float]], list[Witness]]:
+    """Non-vacuity (``mutant`` None: a live page before and after the step) or a mutant's counterexample
+    (``breaks``: a main conjunct of that ID fails after the step), per case in the witness instance.
+    Returns the per-case statuses and the witnesses (the first one only, unless ``every_case``)."""
     c, pre = M.config("wc"), M.state("wpre")
     tried: list[tuple[str, str, float]] = []
+    found: list[Witness] = []
     for st in tr.build(c, pre, tr.name, mutant):
         s = _witness_solver(c, timeout_ms)
         parts = [M.invariant(c, pre), st.guard, in_domain(pre, st.args)]
@@ -296,8 +299,10 @@ def find_witness(tr: T.Transition, timeout_ms: int, mutant: str | None = None,
         status, dt, why = _check(s)
         tried.append((st.case, status if status != "unknown" else f"unknown ({why})", dt))
         if status == "sat":
-            return tried, Witness(s.model(), c, pre, st, tr.name)
-    return tried, None
+            found.append(Witness(s.model(), c, pre, st, tr.name))
+            if not every_case:
+                break
+    return tried, found
 
 
 def find_init_witness(mutant: str, breaks: str, timeout_ms: int) -> tuple[str, float, Witness | None]:
@@ -349,8 +354,8 @@ def run(invs: Iterable[str] | None = None, transitions: Iterable[str] | None = N
         proofs = prove_transition(tr, invs, timeout_ms)
         per = (time.perf_counter() - t0) / max(1, len(invs))
         t1 = time.perf_counter()
-        tried, wit = find_witness(tr, timeout_ms)
-        vac = _nonvacuity(tried, wit, replay, R)
+        tried, wits = find_witnesses(tr, timeout_ms, every_case=True)
+        vac = _nonvacuity(tried, wits, replay, R)
         vac_time = time.perf_counter() - t1
         writes = writes_of(tr)
         for inv in invs:
@@ -358,7 +363,8 @@ def run(invs: Iterable[str] | None = None, transitions: Iterable[str] | None = N
             muts = [m for m in T.MUTANTS if m.transition == tr.name and inv in m.breaks]
             for m in muts:
                 t2 = time.perf_counter()
-                tried_m, wit_m = find_witness(tr, timeout_ms, m.name, inv)
+                tried_m, found_m = find_witnesses(tr, timeout_ms, m.name, inv)
+                wit_m = found_m[0] if found_m else None
                 status = "sat" if wit_m else "; ".join(f"{cs}: {st}" for cs, st, _ in tried_m)
                 case = wit_m.step.case if wit_m and wit_m.step else ""
                 ob.mutants.append(_replayed(m, inv, status, case, time.perf_counter() - t2, wit_m, replay, R))
@@ -375,16 +381,19 @@ def run(invs: Iterable[str] | None = None, transitions: Iterable[str] | None = N
     return results
 
 
-def _nonvacuity(tried, wit: Witness | None, replay: bool, R) -> str:
-    if wit is None:
-        return "no witness: " + "; ".join(f"{c}: {s}" for c, s, _ in tried)
+def _nonvacuity(tried, wits: list[Witness], replay: bool, R) -> str:
+    bad = [f"{c}: {s}" for c, s, _ in tried if s != "sat"]
+    if bad:
+        return "no witness for " + "; ".join(bad)
     if not replay:
-        return "sat"
-    try:
-        note = R.replay_valid(wit)
-    except Exception as e:  # a disagreement between the model and the reference is a failure, shown
-        return f"sat, replay FAILED: {type(e).__name__}: {e}"
-    return f"sat+replayed ({wit.step.case if wit.step else ''}: {note})"
+        return f"sat ({len(wits)} case(s))"
+    for w in wits:
+        try:
+            R.replay_valid(w)
+        except Exception as e:  # a disagreement between the model and the reference is a failure, shown
+            case = w.step.case if w.step else ""
+            return f"sat, replay FAILED ({case}): {type(e).__name__}: {e}"
+    return f"sat+replayed ({len(wits)} case(s))"
 
 
 def _replayed(m: T.Mutant, inv: str, status: str, case: str, dt: float, wit: Witness | None, replay: bool,

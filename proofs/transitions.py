@@ -369,30 +369,36 @@ def move(c: Config, st: State, tag: str, mutant: str | None = None) -> list[Step
     return [Step("move", "one page", guard, post, {"b": b, "src": src, "dst": dst, **extra})]
 
 
+def pinned(st: State, b, x, mutant: str | None = None) -> z3.BoolRef:
+    """``Arena._barrier``'s slots: withheld, or held by a writer (the planted bug forgets the writers)."""
+    if mutant == "move-page-with-writer":
+        return st.withheld[b, x]
+    return z3.Or(st.withheld[b, x], has_writer(st, b, x))
+
+
 def compact(c: Config, st: State, tag: str, mutant: str | None = None) -> list[Step]:
-    """One step of ``plan_compaction``: in an end band, the farthest live movable page (no writer) goes to
-    the hole nearest the anchor, while that hole is nearer the anchor than the page."""
+    """One step of ``plan_compaction``: in an end band, the farthest live page goes to the hole nearest the
+    anchor, while that hole is nearer the anchor than the page and the page is beyond the band's barrier (the
+    farthest slot that cannot move: withheld, or held by a writer)."""
     src, dst = _args(tag, "src dst")
     x = bvar("slot", tag)
     (iu,) = _bools(tag, "iu")
     steps = []
     for band, up in ((LOW, True), (HIGH, False)):
-        def movable(s, band=band):
-            return z3.Not(has_writer(st, band, s)) if mutant != "move-page-with-writer" else TRUE
+        def nearer(a, z, up=up):
+            return a < z if up else a > z
 
-        nearer = (lambda a, z: a < z) if up else (lambda a, z: a > z)
         nearest_hole = z3.ForAll([x], z3.Implies(st.holes[band, x], z3.Not(nearer(x, dst))))
-        beyond = z3.And(nearer(src, x), in_span(st, band, x)) if up else z3.And(nearer(src, x),
-                                                                               in_span(st, band, x))
-        farthest = z3.ForAll([x], z3.Implies(z3.And(beyond, st.live[band, x]), z3.Not(movable(x))))
-        guard = z3.And(st.holes[band, dst], nearest_hole, st.live[band, src], movable(src), nearer(dst, src),
-                       farthest, iu == in_use(st, band, src))
+        farthest_live = z3.ForAll([x], z3.Implies(z3.And(st.live[band, x], nearer(src, x)), False))
+        beyond_barrier = z3.ForAll([x], z3.Implies(pinned(st, band, x, mutant), nearer(x, src)))
+        guard = z3.And(st.holes[band, dst], nearest_hole, st.live[band, src], farthest_live, nearer(dst, src),
+                       beyond_barrier, iu == in_use(st, band, src))
         post, extra = _move_post(st, band, src, dst, iu, mutant, tag)
         replay = TRUE
-        if band == HIGH:  # compact(max_moves=1) takes the low band's move first, if it has one
-            h, s2 = bvar("slot", tag + ".h"), bvar("slot", tag + ".s")
-            low_mov = z3.Not(has_writer(st, LOW, s2)) if mutant != "move-page-with-writer" else TRUE
-            replay = z3.ForAll([h, s2], z3.Not(z3.And(st.holes[LOW, h], st.live[LOW, s2], h < s2, low_mov)))
+        if band == HIGH:  # compact(max_moves=1) makes the low band's move first, if it has one
+            h, s2, y = bvar("slot", tag + ".h"), bvar("slot", tag + ".s"), bvar("slot", tag + ".y")
+            blocked = z3.Exists([y], z3.And(pinned(st, LOW, y, mutant), y >= s2))
+            replay = z3.ForAll([h, s2], z3.Implies(z3.And(st.holes[LOW, h], st.live[LOW, s2], h < s2), blocked))
         steps.append(Step("compact", f"{'low' if up else 'high'} band", guard, post,
                           {"b": z3.IntVal(band), "src": src, "dst": dst, **extra}, replay))
     return steps
@@ -454,7 +460,10 @@ def absorb(c: Config, st: State, tag: str, mutant: str | None = None) -> list[St
     for case, band, s, geom in cases:
         guard = z3.And(lo[band] < hi[band], edge[band, s])
         post = st.update(holes=z3.Store(st.holes, band, s, False), **geom)
-        out.append(Step("absorb", case, guard, post, {"b": z3.IntVal(band), "s": s}))
+        # Band.absorb_boundary_holes works the top edge first: a bottom step is its first only if the top is not
+        # a hole
+        replay = z3.Not(st.holes[band, hi[band] - 1]) if case in ("float bottom", "low bottom") else TRUE
+        out.append(Step("absorb", case, guard, post, {"b": z3.IntVal(band), "s": s}, replay))
     return out
 
 

@@ -18,6 +18,8 @@ from itertools import islice
 
 from kvarena.reference.bands import Band, BandView, Role
 from kvarena.reference.ladder import Placement, ceil_div, place, plan_compaction, plan_float_relayout
+from kvarena.reference.policy import Ladder, Policy
+from kvarena.reference.validate import validate_plan
 from kvarena.spec.errors import (
     AdmissionRejectedError,
     CapacityTooSmallError,
@@ -82,9 +84,10 @@ class Arena:
 
     ANCHORED_ENDS = True  # the end bands sit on the arena's ends (False for the split baseline)
 
-    def __init__(self, config: ArenaConfig) -> None:
+    def __init__(self, config: ArenaConfig, policy: Policy | None = None) -> None:
         config.validate()
         self.config = config
+        self.policy: Policy = policy if policy is not None else Ladder()
         self.capacity = config.capacity
         self.classes = {c.name: c for c in config.model.classes}
         self.layouts = {n: entry_layout(c) for n, c in self.classes.items()}
@@ -219,25 +222,36 @@ class Arena:
         return self._plan_admission(self._check_demand(demand))
 
     def _plan_admission(self, demand: dict[str, int]) -> Plan:
-        """The ladder. Raises AdmissionRejectedError with the shortfall if no rung fits."""
+        """The policy's plan for a validated demand, checked against the spec's rules before use."""
         if not demand:
             return Plan(Rung.NONE)
+        plan = self.policy.plan(self, demand)
+        validate_plan(self, plan, demand)
+        return plan
+
+    def ladder(self, demand: dict[str, int], *, max_rung: Rung = Rung.RELAYOUT,
+               relayout_budget: int | None = None) -> Plan:
+        """The spec's ladder (read-only). Raises AdmissionRejectedError with the shortfall if no rung fits.
+
+        ``max_rung`` and ``relayout_budget`` (bytes a relayout may move) let policies cut the ladder short.
+        """
         views = [BandView.of(b) for b in self._chain()]
         fit = place(views, demand, self.hints)
         if fit.ok:
             return self._plan(Rung.REUSE, [], fit)
 
         moves2, views = self._plan_compact_ends(views, budget=None)
-        if moves2:
+        if moves2 and max_rung >= Rung.COMPACT:
             fit = place(views, demand, self.hints)
             if fit.ok:
                 return self._plan(Rung.COMPACT, moves2, fit)
 
-        relayout = self._plan_relayout(views, demand)
+        relayout = self._plan_relayout(views, demand) if max_rung >= Rung.RELAYOUT else None
         if relayout is not None:
             moves3, views3, spans = relayout
             fit3 = place(views3, demand, self.hints)
-            if fit3.ok:
+            within = relayout_budget is None or sum(self.bands[m.cls].page_bytes for m in moves3) <= relayout_budget
+            if fit3.ok and within:
                 return self._plan(Rung.RELAYOUT, moves2, fit3, moves3, spans)
             fit = fit3
         raise self._rejection(demand, fit)
@@ -461,9 +475,13 @@ class Arena:
                 del self.refs[v]
                 freed.append(v)
                 self._free_page(v)
-        touched = {self.bands[c] for c in self.order}
-        for b in touched:
+        for b in self._chain():
             b.absorb_boundary_holes()
+        if freed:
+            after = self.policy.after_free(self)
+            if after is not None and after.moves:
+                validate_plan(self, after, {})
+                self._apply(after)
         return freed
 
     def _free_page(self, vid: int) -> None:
@@ -544,10 +562,15 @@ class Arena:
     def compact(self, max_moves: int | None = None) -> Plan:
         """Rung 2 on its own: pack the end bands toward their anchors, at most ``max_moves`` moves."""
         self._check_max_moves(max_moves)
-        moves, _ = self._plan_compact_ends([BandView.of(b) for b in self._chain()], max_moves)
-        plan = self._plan(Rung.COMPACT if moves else Rung.NONE, moves, Placement())
+        plan = self.plan_compact(max_moves)
+        validate_plan(self, plan, {})
         self._apply(plan)
         return plan
+
+    def plan_compact(self, max_moves: int | None = None) -> Plan:
+        """The compaction ``compact`` would do (read-only)."""
+        moves, _ = self._plan_compact_ends([BandView.of(b) for b in self._chain()], max_moves)
+        return self._plan(Rung.COMPACT if moves else Rung.NONE, moves, Placement())
 
     @staticmethod
     def _check_max_moves(max_moves: int | None) -> None:
@@ -566,6 +589,7 @@ class Arena:
             raise self._rejection(d, Placement(shortfall={c: n for c, n in d.items()}))
         moves, _views, spans = r
         plan = self._plan(Rung.RELAYOUT if moves else Rung.NONE, [], Placement(), moves, spans)
+        validate_plan(self, plan, {})
         self._apply(plan)
         return plan
 

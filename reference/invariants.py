@@ -135,7 +135,7 @@ def check_vmap(a: Arena) -> None:
         for cls, vs in held.items():
             for v in vs:
                 refs[v] += 1
-                if a.v2p.get(v, (cls,))[0] != cls:
+                if a.v2p.get(v, (None,))[0] != cls:
                     _fail("INV-VMAP-BIJECTIVE", f"owner {owner} holds {v} as {cls} but it is "
                                                 f"{'unbound' if v not in a.v2p else a.v2p[v][0]}")
     if refs != +a.refs:

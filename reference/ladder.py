@@ -231,24 +231,60 @@ def plan_float_relayout(band: Band, win_lo: int, win_hi: int, pages: int, hint: 
     need = len(band.live) + len(band.withheld) + pages
     if need == 0:
         return Relayout([], (0, 0), explicit_view(band, 0, 0, []))
+    span = float_span(p, win_lo, win_hi, need, band.lo if not band.empty else hint // p,
+                      min(obstacles) if obstacles else None, max(obstacles) if obstacles else None)
+    if span is None:
+        return None
+    t, t_end = span
+
+    outside = chain(range(band.lo, min(band.hi, t)), range(max(band.lo, t_end), band.hi))
+    sources = [s for s in outside if s in band.live]
+    free = span_free_slots(t, t_end, band.lo, band.hi, list(band.holes.irange(t, t_end - 1)))
+    assert len(free) >= len(sources)
+    moves = list(zip(sources, free))
+    rest = free[len(sources):]
+    return Relayout(moves, (t, t_end), explicit_view(band, t, t_end, rest))
+
+
+def float_span(p: int, win_lo: int, win_hi: int, need: int, current: int, omin: int | None,
+               omax: int | None) -> tuple[int, int] | None:
+    """Rung 3's target span ``[t, t_end)`` for a float of page bytes ``p`` that needs ``need`` slots, inside the
+    byte window ``[win_lo, win_hi)``, covering its immovable slots ``omin..omax`` (if any), nearest ``current``.
+
+    pre: p > 0
+    pre: need > 0
+    pre: (omin is None) == (omax is None)
+    pre: omin is None or omin <= omax
+    post: __return__ is None or win_lo <= __return__[0] * p
+    post: __return__ is None or __return__[1] * p <= win_hi
+    post: __return__ is None or __return__[1] - __return__[0] >= need
+    post: __return__ is None or omin is None or __return__[0] <= omin <= omax < __return__[1]
+    """
     t_min, t_max = ceil_div(win_lo, p), win_hi // p - need
-    if obstacles:
-        omin, omax = min(obstacles), max(obstacles)
+    if omin is not None and omax is not None:
         need = max(need, omax - omin + 1)
         t_min = max(t_min, omax + 1 - need)
         t_max = min(win_hi // p - need, omin)
     if t_min > t_max:
         return None
-    t = clamp(band.lo if not band.empty else hint // p, t_min, t_max)
-    t_end = t + need
+    t = clamp(current, t_min, t_max)
+    return t, t + need
 
-    outside = chain(range(band.lo, min(band.hi, t)), range(max(band.lo, t_end), band.hi))
-    sources = [s for s in outside if s in band.live]
-    below_span = range(t, min(t_end, band.lo)) if not band.empty else range(t, t_end)
-    above_span = range(max(t, band.hi), t_end) if not band.empty else range(0)
-    free = list(chain(below_span, band.holes.irange(t, t_end - 1), above_span))
-    # `free` is ascending: slots below the current span, holes inside it, slots above it
-    assert len(free) >= len(sources)
-    moves = list(zip(sources, free))
-    rest = free[len(sources):]
-    return Relayout(moves, (t, t_end), explicit_view(band, t, t_end, rest))
+
+def span_free_slots(t: int, t_end: int, lo: int, hi: int, holes_inside: list[int]) -> list[int]:
+    """The free slots of a float's target span ``[t, t_end)`` in ascending order: slots below its current span
+    ``[lo, hi)``, its holes inside the target (``holes_inside``, ascending), slots above its current span.
+
+    pre: t <= t_end
+    pre: lo <= hi
+    pre: all(a < b for a, b in zip(holes_inside, holes_inside[1:]))
+    pre: all(lo <= s < hi and t <= s < t_end for s in holes_inside)
+    post: all(a < b for a, b in zip(__return__, __return__[1:]))
+    post: all(t <= s < t_end for s in __return__)
+    post: all(s in __return__ for s in range(t, t_end) if lo == hi or not lo <= s < hi)
+    post: all(s in holes_inside for s in __return__ if lo < hi and lo <= s < hi)
+    """
+    below_span = range(t, min(t_end, lo)) if lo < hi else range(t, t_end)
+    above_span = range(max(t, hi), t_end) if lo < hi else range(0)
+    # ascending: slots below the current span, holes inside it, slots above it
+    return list(chain(below_span, holes_inside, above_span))

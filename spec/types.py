@@ -60,3 +60,13 @@ class Plan:
     @property
     def total_bytes_moved(self) -> int:
         return sum(self.bytes_moved.values())
+
+
+@dataclass(frozen=True)
+class Observation:
+    """The placement-level state an implementation exposes to the conformance harness (plain ints, sorted)."""
+
+    v2p: dict[int, tuple[str, int]]  # virtual page -> (class, slot)
+    spans: dict[str, tuple[int, int]]  # class -> [lo, hi) slots
+    holes: dict[str, tuple[int, ...]]
+    withheld: dict[str, tuple[int, ...]]

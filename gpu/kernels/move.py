@@ -128,30 +128,33 @@ def check(device: str | torch.device = "cpu", *, path: Path = "auto", page_bytes
 
 
 def bench(device: str | torch.device, sizes: Sequence[int], *, page_bytes: int = 1 << 20,
-          block: int | None = None, num_warps: int | None = None, reps: int = 20) -> list[dict]:
+          block: int | None = None, num_warps: int | None = None, reps: int = 20, baselines: bool = True
+          ) -> list[dict]:
     """Per move size (bytes): the kernel, torch index-copy and a plain ``copy_`` of as many bytes, in seconds.
 
     Sources are a random half of an arena twice the size, destinations the other half, shuffled: pages
     are scattered as after compaction, not one contiguous run.
     """
     device = torch.device(device)
+    return [_bench_one(device, size, page_bytes, block, num_warps, reps, baselines) for size in sizes]
+
+
+def _bench_one(device: torch.device, size: int, page_bytes: int, block: int | None, num_warps: int | None,
+               reps: int, baselines: bool) -> dict:
     pw = page_bytes // 8
-    out = []
-    for size in sizes:
-        n = max(1, size // page_bytes)
-        words = torch.randint(-2**62, 2**62, (2 * n * pw,), dtype=torch.int64, device=device)
-        perm = torch.randperm(2 * n, device=device)
-        src, dst = perm[:n].contiguous(), perm[n:].contiguous()
-        check_moves(src.tolist(), dst.tolist(), page_bytes, 2 * n)
-        pages = words.view(2 * n, pw)
-        want = pages[src].clone()
-        launch(words, src, dst, pw, block, num_warps)
-        assert torch.equal(pages[dst], want), "move kernel disagrees with torch before timing"
-        t_kernel = device_time(lambda: launch(words, src, dst, pw, block, num_warps), device, reps=reps)
+    n = max(1, size // page_bytes)
+    words = torch.randint(-2**62, 2**62, (2 * n * pw,), dtype=torch.int64, device=device)
+    perm = torch.randperm(2 * n, device=device)
+    src, dst = perm[:n].contiguous(), perm[n:].contiguous()
+    check_moves(src.tolist(), dst.tolist(), page_bytes, 2 * n)
+    pages = words.view(2 * n, pw)
+    want = pages[src].clone()
+    launch(words, src, dst, pw, block, num_warps)
+    assert torch.equal(pages[dst], want), "move kernel disagrees with torch before timing"
+    del want
+    t_kernel = device_time(lambda: launch(words, src, dst, pw, block, num_warps), device, reps=reps)
+    t_torch = t_copy = float("nan")
+    if baselines:
         t_torch = device_time(lambda: pages.index_copy_(0, dst, pages.index_select(0, src)), device, reps=reps)
-        half = n * pw
-        t_copy = device_time(lambda: words[half:].copy_(words[:half]), device, reps=reps)
-        out.append({"bytes": n * page_bytes, "pages": n, "kernel_s": t_kernel, "torch_s": t_torch,
-                    "copy_s": t_copy})
-        del words, perm, src, dst, pages, want
-    return out
+        t_copy = device_time(lambda: words[n * pw:].copy_(words[:n * pw]), device, reps=reps)
+    return {"bytes": n * page_bytes, "pages": n, "kernel_s": t_kernel, "torch_s": t_torch, "copy_s": t_copy}

@@ -93,17 +93,17 @@ def bench(device: str | torch.device, sizes: Sequence[int], *, page_bytes: int =
           reps: int = 20) -> list[dict]:
     """Per size (bytes): the kernel and torch index-fill on scattered pages, in seconds."""
     device = torch.device(device)
+    return [_bench_one(device, size, page_bytes, reps) for size in sizes]
+
+
+def _bench_one(device: torch.device, size: int, page_bytes: int, reps: int) -> dict:
     pw = page_bytes // 8
-    out = []
-    for size in sizes:
-        n = max(1, size // page_bytes)
-        words = torch.randint(1, 2**62, (2 * n * pw,), dtype=torch.int64, device=device)
-        slots = torch.randperm(2 * n, device=device)[:n].contiguous()
-        launch(words, slots, pw)
-        assert int(words.view(2 * n, pw)[slots].abs().sum()) == 0, "zero kernel left bytes behind"
-        t_kernel = device_time(lambda: launch(words, slots, pw), device, reps=reps)
-        pages = words.view(2 * n, pw)
-        t_torch = device_time(lambda: pages.index_fill_(0, slots, 0), device, reps=reps)
-        out.append({"bytes": n * page_bytes, "pages": n, "kernel_s": t_kernel, "torch_s": t_torch})
-        del words, slots, pages
-    return out
+    n = max(1, size // page_bytes)
+    words = torch.randint(1, 2**62, (2 * n * pw,), dtype=torch.int64, device=device)
+    slots = torch.randperm(2 * n, device=device)[:n].contiguous()
+    pages = words.view(2 * n, pw)
+    launch(words, slots, pw)
+    assert int(pages[slots].abs().sum()) == 0, "zero kernel left bytes behind"
+    t_kernel = device_time(lambda: launch(words, slots, pw), device, reps=reps)
+    t_torch = device_time(lambda: pages.index_fill_(0, slots, 0), device, reps=reps)
+    return {"bytes": n * page_bytes, "pages": n, "kernel_s": t_kernel, "torch_s": t_torch}

@@ -34,7 +34,8 @@ class Rule:
 RULES = [
     Rule("spec", allowed_kvarena=("kvarena.spec",), banned=HEAVY),
     Rule("reference", allowed_kvarena=("kvarena.spec", "kvarena.reference"), banned=HEAVY),
-    Rule("gpu", allowed_kvarena=None, banned=("kvarena.reference",)),
+    # gpu/ implements the spec on its own: only the shared spec types, never the oracle or the harness
+    Rule("gpu", allowed_kvarena=("kvarena.spec", "kvarena.gpu"), banned=("kvarena.reference",)),
     Rule("conformance", allowed_kvarena=None, banned=("kvarena.cli", "kvarena.replay")),
     Rule("proofs", allowed_kvarena=("kvarena.spec", "kvarena.reference", "kvarena.proofs")),
 ]
@@ -128,6 +129,7 @@ def test_checker_rules_per_folder() -> None:
     by = {r.folder: r for r in RULES}
     assert violations("from kvarena.reference import arena", "kvarena.gpu", by["gpu"])
     assert not violations("from kvarena.spec import layout\nimport torch", "kvarena.gpu", by["gpu"])
+    assert violations("from kvarena.conformance.adapter import Observation", "kvarena.gpu", by["gpu"])
     assert violations("import kvarena.cli", "kvarena.conformance", by["conformance"])
     assert violations("from kvarena.replay import run", "kvarena.conformance", by["conformance"])
     conf = by["conformance"]

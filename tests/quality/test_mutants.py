@@ -2,7 +2,13 @@
 
 The kill runs always use the ``ci`` profile (derandomized), whatever HYPOTHESIS_PROFILE says,
 so a kill is reproducible; the nightly run measures kill rates on random seeds instead.
+Each mutant is run twice: with the arena's plan validator (a bad plan is refused with a
+``PlanError`` naming the invariant it protects) and with the validator switched off, where
+the invariant predicates and the data read-back must catch the bug on their own.
 """
+
+import sys
+from unittest import mock
 
 import pytest
 from hypothesis import Phase, settings
@@ -10,22 +16,31 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from kvarena.conformance.machine import machine_for
 from kvarena.reference.invariants import INVARIANTS
+from kvarena.spec.errors import PlanError
 from tests.quality.mutants import MUTANTS, applied, mutate
 
 # Shrinking is for humans reading a report; a kill only needs the first failure.
 KILL_PHASES = [Phase.explicit, Phase.reuse, Phase.generate]
 
 
+def _run_killed(mutant, factory) -> BaseException:
+    machine = machine_for(factory, "Mutant_" + mutant.name.replace("-", "_"))
+    with pytest.raises(Exception) as info:
+        run_state_machine_as_test(machine, settings=settings(settings.get_profile("ci"), phases=KILL_PHASES))
+    return info.value
+
+
 @pytest.mark.quality
+@pytest.mark.parametrize("validator", ["on", "off"])
 @pytest.mark.parametrize("mutant", MUTANTS, ids=[m.name for m in MUTANTS])
-def test_machine_kills_mutant(mutant) -> None:
+def test_machine_kills_mutant(mutant, validator: str) -> None:
     with applied(mutant) as factory:
-        machine = machine_for(factory, "Mutant_" + mutant.name.replace("-", "_"))
-        with pytest.raises(Exception) as info:
-            run_state_machine_as_test(machine, settings=settings(settings.get_profile("ci"), phases=KILL_PHASES))
-    err = info.value
+        home = sys.modules[factory.__module__]  # the mutant's own copy of the arena module, or the real one
+        check = home.validate_plan if validator == "on" else (lambda *a: None)
+        with mock.patch.object(home, "validate_plan", check):
+            err = _run_killed(mutant, factory)
     # The kill must come from a check, not from the mutant crashing the harness itself.
-    assert isinstance(err, AssertionError), f"{mutant.name} crashed instead of failing a check: {err!r}"
+    assert isinstance(err, (AssertionError, PlanError)), f"{mutant.name} crashed instead of failing a check: {err!r}"
     inv = getattr(err, "inv", None)
     if inv is not None:
         assert inv in mutant.violates, f"{mutant.name} was caught by {inv}, expected one of {mutant.violates}"

@@ -1,0 +1,79 @@
+"""Wall time of ``kvarena simulate`` per workload preset (the issue's budget: 2 minutes each on 2 cores).
+
+    python bench/simulate_speed.py [--mem-fraction F] [--out DIR]
+
+Runs every preset once, as ``kvarena simulate --workload NAME`` does (all its configurations, the
+H200 budget, invariants checked at the end of each run), and writes bench/results/simulate-<date>.md
+with the machine, the command, the load average and, per preset, wall and CPU seconds. CPU seconds
+are this process's own, so they stay meaningful on a machine shared with other jobs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from kvarena.simulate import simulate
+from kvarena.workloads import PRESET_WORKLOADS, kv_budget
+
+LIMIT_S = 120.0
+
+
+def _sh(*cmd: str) -> str:
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, check=False).stdout.strip()
+    except OSError:
+        return "?"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--mem-fraction", type=float, default=0.9)
+    p.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
+    args = p.parse_args(argv)
+
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    rows = []
+    for name, w in PRESET_WORKLOADS.items():
+        capacity, budget = kv_budget(w.model, args.mem_fraction)
+        cpu0, t0 = time.process_time(), time.perf_counter()
+        rep = simulate(w, capacity, budget)
+        wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+        per = ", ".join(f"{o.config} {o.wall_s:.1f}" for o in rep.outcomes)
+        ok = "yes" if wall <= LIMIT_S else "NO"
+        rows.append(f"| {name} | {len(rep.outcomes)} | {w.count():,} | {wall:.1f} | {cpu:.1f} | {ok} | {per} |")
+        print(rows[-1], flush=True)
+    today = datetime.date.today().isoformat()
+    command = " ".join(["python bench/simulate_speed.py", *(sys.argv[1:] if argv is None else argv)])
+    text = "\n".join([
+        f"# simulate speed, {today}",
+        "",
+        f"- command: `{command}` (each preset as `kvarena simulate --workload NAME"
+        + (f" --mem-fraction {args.mem_fraction:g}" if args.mem_fraction != 0.9 else "") + "`)",
+        f"- machine: `{_sh('uname', '-a') or platform.platform()}`, nproc {os.cpu_count()}, "
+        f"load average before the run {load} (other jobs shared the cores: compare CPU seconds)",
+        f"- python {platform.python_version()}, commit {_sh('git', 'rev-parse', '--short', 'HEAD') or '?'} "
+        "plus the working tree",
+        f"- limit: {LIMIT_S:.0f} s wall per preset (all its configurations)",
+        "",
+        "| preset | configurations | requests | wall s | CPU s | within limit | wall s per configuration |",
+        "|---|---:|---:|---:|---:|---|---|",
+        *rows,
+        "",
+    ])
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"simulate-{today}.md"
+    path.write_text(text)
+    print(text)
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

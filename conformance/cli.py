@@ -1,0 +1,152 @@
+"""``kvarena conform`` and ``kvarena vectors``: registered by kvarena/cli.py through :func:`add_parser`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from kvarena.conformance.adapter import DEFAULT_IMPL, LEVELS, REFERENCE_ALIAS
+
+CONFORM_DESCRIPTION = """\
+Run the conformance suite against an allocator: every committed vector (traces with the reference's
+expected results, conformance/vectors/) and the lockstep state machine (Hypothesis drives the reference
+and your allocator with the same operations and compares them after every step). Your allocator is
+reached through a factory: a callable ArenaConfig -> allocator that speaks the adapter protocol
+(kvarena.conformance.adapter.Allocator: the reference's methods plus observe()).
+
+levels (each includes the ones above it):
+  safety     your allocator's own state satisfies every invariant (no overlap, band order, a bijective
+             v->p map with no leak, ledger safety, byte conservation, the feasibility floor); every
+             written row reads back after any move; the same pages are freed; every refusal other
+             than "does not fit" is the same error class and leaves the state unchanged
+  decisions  + the same admit / extend / relayout outcome (admitted or AdmissionRejected) and the
+             same shortfall per class as the reference
+  exact      + the same placement: virtual ids, v->p, spans, holes, withheld pages (and plans, if
+             your admit/compact/relayout return them)
+
+Virtual ids may differ below exact: the harness names pages by logical handle (the n-th page the
+trace was given) and maps each side's ids.
+"""
+
+CONFORM_EPILOG = f"""\
+examples:
+  kvarena conform --impl {REFERENCE_ALIAS}                  # the harness against the reference itself
+  kvarena conform                                    # kvarena's own gpu/ ({DEFAULT_IMPL}) at exact
+  kvarena conform --impl mypkg.kv_adapter:make --level decisions --examples 300
+  kvarena conform --impl mypkg.kv_adapter:make --level safety --vectors my_vectors/ --examples 0
+
+in an engine's CI (one step; non-zero exit fails the job and prints the shrunk reproducing trace):
+  - run: pip install kvarena && kvarena conform --impl myengine.kvarena_adapter:make --level decisions
+  or, with pytest (the kvarena plugin is installed with the package):
+  - run: pytest --kvarena-impl=myengine.kvarena_adapter:make --kvarena-level=decisions
+
+exit status: 0 all passed; 1 a divergence (the failing step, both sides' answers and the trace that
+led there are printed); 2 the adapter, a vector file or the arguments are broken (the message names
+the missing method, the file and line, or the import that failed).
+See conformance/README.md ("Don't Panic") for the protocol and how to read a divergence.
+"""
+
+VECTORS_DESCRIPTION = """\
+The committed conformance vectors (conformance/vectors/*.jsonl, format in conformance/vectors/FORMAT.md)
+are generated from the reference by the scenarios of kvarena/conformance/scenarios.py.
+  --write   regenerate them (review the diff: a change means the reference's behaviour changed)
+  --check   verify the committed files are exactly what the reference generates now (exit 1 if not)
+  --list    list the files, what each covers and its size
+"""
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register both subcommands."""
+    add_conform_parser(sub)
+    add_vectors_parser(sub)
+
+
+def add_conform_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("conform", help="run the conformance vectors and the lockstep machine against an allocator",
+                       description=CONFORM_DESCRIPTION, epilog=CONFORM_EPILOG,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--impl", default=None, metavar="MODULE:FACTORY",
+                   help=f"the factory building your allocator from an ArenaConfig, as package.module:callable; "
+                        f"'{REFERENCE_ALIAS}' for the reference itself (default: {DEFAULT_IMPL}, at exact)")
+    p.add_argument("--level", choices=LEVELS, default="exact", help="how closely to agree with the reference "
+                                                                     "(default exact)")
+    p.add_argument("--vectors", default=None, metavar="DIR",
+                   help="a directory (or one file) of *.jsonl vectors (default: the committed set); 'none' skips them")
+    p.add_argument("--examples", type=int, default=100, metavar="N",
+                   help="lockstep machine examples (default 100; 0 skips the machine)")
+    p.add_argument("--steps", type=int, default=50, metavar="N", help="steps per machine example (default 50)")
+    p.add_argument("--seed", type=int, default=None,
+                   help="explore with this seed instead of the derandomized (same every run) examples")
+    p.add_argument("--no-deep", action="store_true",
+                   help="do not run kvarena.reference.invariants on an Arena-like implementation (observation "
+                        "checks only)")
+    p.add_argument("-v", "--verbose", action="store_true", help="list every vector file's result")
+    p.set_defaults(func=run_conform)
+
+
+def add_vectors_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("vectors", help="regenerate (--write) or verify (--check) the committed conformance vectors",
+                       description=VECTORS_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--write", action="store_true", help="regenerate the vector files from the reference")
+    g.add_argument("--check", action="store_true", help="exit 1 unless the committed files match the reference")
+    g.add_argument("--list", action="store_true", help="list the vector files and what they cover")
+    p.add_argument("--dir", default=None, help="the vector directory (default: the package's conformance/vectors)")
+    p.set_defaults(func=run_vectors)
+
+
+def run_conform(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from kvarena.conformance.adapter import AdapterError, load_factory
+    from kvarena.conformance.runner import EXIT_BROKEN, conform
+    from kvarena.conformance.vectors import VECTOR_DIR, VectorFormatError
+
+    if args.examples < 0 or args.steps < 1:
+        print("kvarena conform: --examples must be >= 0 and --steps >= 1", file=sys.stderr)
+        return EXIT_BROKEN
+    vectors = None if args.vectors == "none" else Path(args.vectors) if args.vectors else VECTOR_DIR
+    try:
+        name, factory = load_factory(args.impl)
+        report = conform(factory, level=args.level, vectors=vectors, examples=args.examples, impl=name,
+                         steps=args.steps, seed=args.seed, deep=not args.no_deep)
+    except (AdapterError, VectorFormatError) as e:
+        kind = "vector file" if isinstance(e, VectorFormatError) else "adapter"
+        print(f"kvarena conform: broken {kind}: {e}", file=sys.stderr)
+        return EXIT_BROKEN
+    print(report.format(verbose=args.verbose))
+    return report.exit_code
+
+
+def run_vectors(args: argparse.Namespace) -> int:
+    import json
+    from pathlib import Path
+
+    from kvarena.conformance import vectors
+
+    directory = Path(args.dir) if args.dir else vectors.VECTOR_DIR
+    if args.write:
+        written = vectors.write_all(directory)
+        total = sum(n for _, n in written)
+        for name, n in written:
+            print(f"wrote {directory / name} ({n:,} B)")
+        print(f"{len(written)} files, {total:,} B")
+        return 0
+    if args.check:
+        problems = vectors.check_all(directory)
+        for name, problem in problems:
+            print(f"{directory / name}: {problem}", file=sys.stderr)
+        if problems:
+            return 1
+        print(f"{directory}: every vector matches the reference")
+        return 0
+    for path in vectors.discover(directory):
+        with path.open() as f:
+            head = json.loads(f.readline())
+        cov = head.get("covers", {})
+        errors = sorted({e for es in cov.get("errors", {}).values() for e in es})
+        print(f"{path.name:<36} {head.get('steps', '?'):>4} steps {path.stat().st_size:>8,} B  "
+              f"{head['config']['model']:<12} rungs {cov.get('rungs')}  {head.get('description', '')}")
+        if errors:
+            print(f"{'':<36} errors: {', '.join(errors)}")
+    return 0

@@ -1,0 +1,77 @@
+"""The pytest plugin: an engine's CI runs the conformance suite in one line.
+
+    pytest --kvarena-impl=mypkg.kv_adapter:make --kvarena-level=decisions
+
+adds one test item, ``kvarena-conformance[<impl>@<level>]``, that runs the committed vectors and the
+lockstep machine (kvarena.conformance.runner.conform) and fails with the divergence and its shrunk trace.
+Registered as the ``kvarena`` entry point of ``pytest11``; without ``--kvarena-impl`` it does nothing
+(it is loaded in every pytest run of an environment where kvarena is installed).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+LEVELS = ("safety", "decisions", "exact")  # kvarena.conformance.adapter.LEVELS, without importing it here
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("kvarena", "kvarena conformance (run the suite against your allocator)")
+    group.addoption("--kvarena-impl", default=None, metavar="MODULE:FACTORY",
+                    help="run the kvarena conformance suite against this factory (config -> allocator); "
+                         "'reference' for the reference itself")
+    group.addoption("--kvarena-level", default="exact", choices=LEVELS,
+                    help="safety | decisions | exact (default exact); see `kvarena conform --help`")
+    group.addoption("--kvarena-vectors", default=None, metavar="DIR",
+                    help="vector directory or file (default: the committed set; 'none' skips them)")
+    group.addoption("--kvarena-examples", default=100, type=int, metavar="N",
+                    help="lockstep machine examples (default 100; 0 skips the machine)")
+
+
+class ConformanceFailure(Exception):
+    """The implementation diverged, or its adapter / the vectors are broken; the message is the report."""
+
+
+class ConformanceItem(pytest.Item):
+    def __init__(self, *, impl: str, level: str, vectors: str | None, examples: int, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.impl, self.level, self.vectors, self.examples = impl, level, vectors, examples
+
+    def runtest(self) -> None:
+        from pathlib import Path
+
+        from kvarena.conformance.adapter import AdapterError, load_factory
+        from kvarena.conformance.runner import conform
+        from kvarena.conformance.vectors import VECTOR_DIR, VectorFormatError
+
+        vectors = None if self.vectors == "none" else Path(self.vectors) if self.vectors else VECTOR_DIR
+        try:
+            name, factory = load_factory(self.impl)
+            report = conform(factory, level=self.level, vectors=vectors, examples=self.examples, impl=name)
+        except (AdapterError, VectorFormatError) as e:
+            kind = "vector file" if isinstance(e, VectorFormatError) else "adapter"
+            raise ConformanceFailure(f"broken {kind}: {e}") from None
+        if not report.ok:
+            raise ConformanceFailure(report.format())
+        self.user_properties.append(("kvarena", report.format()))
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+        if isinstance(excinfo.value, ConformanceFailure):
+            return str(excinfo.value)
+        return str(super().repr_failure(excinfo, style=style))
+
+    def reportinfo(self) -> tuple[Any, int | None, str]:
+        return self.path, None, f"kvarena conformance of {self.impl} at {self.level}"
+
+
+@pytest.hookimpl(tryfirst=True)  # before -k / -m deselection, so they apply to this item too
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    impl = config.getoption("kvarena_impl", None)
+    if not impl:
+        return
+    level = config.getoption("kvarena_level")
+    items.append(ConformanceItem.from_parent(session, name=f"kvarena-conformance[{impl}@{level}]", impl=impl,
+                                             level=level, vectors=config.getoption("kvarena_vectors"),
+                                             examples=config.getoption("kvarena_examples")))

@@ -1,0 +1,155 @@
+"""``kvarena conform``: the vectors plus the lockstep machine against any implementation of the adapter protocol.
+
+    report = conform(factory, level="decisions", examples=100)
+    print(report.format()); sys.exit(report.exit_code)
+
+Exit codes: 0 every check passed; 1 a divergence (the report carries the shrunk trace); 2 the adapter,
+the vector files or the arguments are broken (:class:`~kvarena.conformance.adapter.AdapterError`,
+:class:`~kvarena.conformance.vectors.VectorFormatError`), raised to the caller.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kvarena.conformance.adapter import LEVELS, AdapterError, check_adapter
+from kvarena.conformance.checks import Geometry
+from kvarena.conformance.harness import build
+from kvarena.conformance.vectors import VECTOR_DIR, VectorResult, discover, load, replay
+from kvarena.spec.errors import ArenaError
+from kvarena.spec.models import ArenaConfig, preset
+
+EXIT_OK, EXIT_DIVERGENCE, EXIT_BROKEN = 0, 1, 2
+
+
+@dataclass
+class Report:
+    impl: str
+    level: str
+    vectors: list[VectorResult] = field(default_factory=list)
+    vector_dir: str = ""
+    examples: int = 0  # requested
+    machine_runs: int = 0  # machine examples actually run (generation, and shrinking after a failure)
+    machine_status: str = "skipped"  # passed | failed | skipped
+    machine_message: str = ""
+    seconds: float = 0.0
+
+    @property
+    def failed_vectors(self) -> list[VectorResult]:
+        return [v for v in self.vectors if v.status == "failed"]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed_vectors and self.machine_status != "failed"
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_OK if self.ok else EXIT_DIVERGENCE
+
+    def format(self, verbose: bool = False) -> str:
+        n = {s: sum(1 for v in self.vectors if v.status == s) for s in ("passed", "failed", "stopped")}
+        steps = sum(v.steps_run for v in self.vectors)
+        out = [f"kvarena conform: impl {self.impl}, level {self.level}"]
+        if self.vectors:
+            out.append(f"vectors: {n['passed']} passed, {n['failed']} failed, {n['stopped']} stopped early "
+                       f"({len(self.vectors)} files, {steps} steps, {self.vector_dir})")
+        else:
+            out.append("vectors: not run")
+        for v in self.vectors:
+            if v.status == "stopped" or verbose:
+                out.append(f"  {v.status:<7} {v.path.name}: {v.message or f'{v.steps_run} steps'}")
+        if self.machine_status == "skipped":
+            out.append("machine: not run (--examples 0)")
+        else:
+            out.append(f"machine: {self.machine_status} ({self.examples} examples requested, {self.machine_runs} run "
+                       "in all; lockstep with the reference on the toy models)")
+        for i, v in enumerate(self.failed_vectors):
+            out.append(f"\nDIVERGENCE in vector {v.path.name}" + (f" [{v.inv}]" if v.inv else "") + ":")
+            out.append(v.message if i == 0 or verbose else (v.summary or v.message.splitlines()[0]))
+        if self.machine_status == "failed":
+            out.append("\nDIVERGENCE in the lockstep machine (the shrunk failing example):")
+            out.append(self.machine_message)
+        out.append(f"\nresult: {'PASS' if self.ok else 'FAIL'} at level {self.level} ({self.seconds:.1f} s)")
+        return "\n".join(out)
+
+
+def smoke(factory: Callable[[ArenaConfig], Any], config: ArenaConfig | None = None) -> None:
+    """Build one allocator and check it speaks the protocol (AdapterError naming what is missing)."""
+    config = config or ArenaConfig(preset("toy-tri"), 8192, page_size=4, max_context_len=16)
+    try:
+        alloc = build(factory, config)
+    except ArenaError as e:
+        raise AdapterError(f"the factory refuses a toy-tri arena of {config.capacity} B that the reference builds "
+                           f"({e.code}: {e})") from e
+    check_adapter(alloc, Geometry.of(config).order, "the factory's allocator")
+    close = getattr(alloc, "close", None)
+    if callable(close):
+        close()
+
+
+def machine_settings(examples: int, steps: int = 50, seed: int | None = None) -> Any:
+    from hypothesis import HealthCheck, Phase, settings
+
+    phases = [Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink]  # no "explain": slow
+    kw: dict[str, Any] = dict(max_examples=examples, stateful_step_count=steps, deadline=None, database=None,
+                              phases=phases,
+                              print_blob=seed is not None, report_multiple_bugs=False,
+                              suppress_health_check=list(HealthCheck))
+    if seed is None:
+        kw["derandomize"] = True
+    return settings(**kw)
+
+
+def conform(factory: Callable[[ArenaConfig], Any], level: str = "exact", vectors: Path | str | None = VECTOR_DIR,
+            examples: int = 100, impl: str = "", steps: int = 50, seed: int | None = None,
+            deep: bool = True) -> Report:
+    """Run the vectors (``vectors`` None: skip) and ``examples`` lockstep machine examples at ``level``."""
+    if level not in LEVELS:
+        raise AdapterError(f"level {level!r}: choose one of {', '.join(LEVELS)}")
+    t0 = time.perf_counter()
+    report = Report(impl or getattr(factory, "__qualname__", repr(factory)), level, examples=examples)
+    smoke(factory)
+    if vectors is not None:
+        files = discover(vectors)
+        report.vector_dir = str(vectors)
+        loaded = [load(f) for f in files]  # every file parses before any runs
+        for vec in loaded:
+            report.vectors.append(replay(vec, factory, level, deep=deep))
+    if examples > 0:
+        report.machine_runs, report.machine_status, report.machine_message = _machine(
+            factory, level, examples, steps, seed, deep)
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+def _machine(factory: Callable[[ArenaConfig], Any], level: str, examples: int, steps: int, seed: int | None,
+             deep: bool) -> tuple[int, str, str]:
+    from hypothesis import seed as hypothesis_seed
+    from hypothesis.stateful import get_state_machine_test
+
+    from kvarena.conformance.lockstep import lockstep_for
+
+    runs = [0]
+    base = lockstep_for(factory, level, deep)
+
+    class Counted(base):  # type: ignore[valid-type, misc]
+        def teardown(self) -> None:
+            runs[0] += 1
+            super().teardown()
+
+    Counted.__name__ = Counted.__qualname__ = f"Lockstep_{level}"
+    test = get_state_machine_test(Counted, settings=machine_settings(examples, steps, seed))
+    if seed is not None:
+        test = hypothesis_seed(seed)(test)
+    try:
+        test()
+    except AdapterError:
+        raise
+    except AssertionError as e:
+        notes = "\n".join(str(n) for n in getattr(e, "__notes__", ()))  # Hypothesis: the shrunk rule calls
+        return runs[0], "failed", str(e) + (f"\n\nas Hypothesis rule calls:\n{notes}" if notes else "")
+    return runs[0], "passed", ""

@@ -1,0 +1,159 @@
+"""``kvarena check-policy``: can this admission policy corrupt memory, and is it any good?
+
+1. Safety: the conformance state machine drives an arena that uses the policy; after
+   every step every invariant is checked, and every plan the policy returns is
+   validated against the spec's rules before it is applied.  A violation is printed
+   with its invariant ID and the shrunk trace that reproduces it.
+2. Quality: the policy and the default ladder replay the same standard traces; the
+   report compares rejections, bytes moved and peak utilization.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import io
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from hypothesis import settings
+from hypothesis.reporting import with_reporter
+from hypothesis.stateful import run_state_machine_as_test
+
+from kvarena.conformance.machine import machine_for
+from kvarena.conformance.profiles import register_profiles
+from kvarena.reference.arena import Arena
+from kvarena.reference.policy import POLICIES, Policy
+from kvarena.spec.errors import PlanError
+from kvarena.spec.models import ArenaConfig, preset
+
+# Standard traces for the quality comparison: (model preset, capacity bytes, page size, scale).
+STANDARD_TRACES = (
+    ("gpt-oss-20b", 6 << 30, 64, 0.5),
+    ("qwen3.5-4b", 10 << 30, 64, 0.5),
+)
+
+
+@dataclass
+class Safety:
+    policy: str
+    ok: bool
+    inv: str | None = None
+    rule: str | None = None
+    message: str = ""
+    trace: str = ""
+
+
+def load_policy(spec: str) -> Callable[[], Policy]:
+    """``package.module:Name`` (a Policy class or a zero-argument factory) or a shipped policy's name."""
+    if spec in POLICIES:
+        return POLICIES[spec]
+    if ":" not in spec:
+        raise SystemExit(f"check-policy: {spec!r} is neither a shipped policy ({', '.join(sorted(POLICIES))}) "
+                         "nor package.module:Policy")
+    mod_name, _, attr = spec.partition(":")
+    if os.getcwd() not in sys.path:  # like `python -m`: the policy may live in the project being checked
+        sys.path.insert(0, os.getcwd())
+    try:
+        factory = getattr(importlib.import_module(mod_name), attr)
+    except (ImportError, AttributeError) as e:
+        raise SystemExit(f"check-policy: cannot load {spec!r}: {e}; pass package.module:Policy importable "
+                         "from the current environment") from None
+    probe = factory()
+    for method in ("plan", "after_free"):
+        if not callable(getattr(probe, method, None)):
+            raise SystemExit(f"check-policy: {spec} has no {method}() method; a policy implements "
+                             "plan(arena, demand) -> Plan and after_free(arena) -> Plan | None "
+                             "(subclass kvarena.reference.policy.Ladder to inherit both)")
+    return factory
+
+
+def check_safety(name: str, factory: Callable[[], Policy], examples: int | None = None) -> Safety:
+    machine = machine_for(lambda cfg: Arena(cfg, factory()), "PolicyMachine")
+    profile = settings.get_profile("ci")
+    if examples is not None:
+        profile = settings(profile, max_examples=examples)
+    out = io.StringIO()
+    try:
+        with with_reporter(lambda text: out.write(str(text) + "\n")):
+            run_state_machine_as_test(machine, settings=profile)
+    except (AssertionError, PlanError) as e:
+        notes = "\n".join(getattr(e, "__notes__", []))
+        trace = (out.getvalue() + "\n" + notes).strip()
+        return Safety(name, False, getattr(e, "inv", None), getattr(e, "rule", None), str(e), trace)
+    return Safety(name, True)
+
+
+def compare_quality(policies: dict[str, Callable[[], Policy]]) -> list[tuple[str, str, dict]]:
+    from kvarena.replay import replay  # the main job's scheduler model
+    from kvarena.replay_trace import build_trace
+
+    rows = []
+    for model, capacity, page_size, scale in STANDARD_TRACES:
+        config = ArenaConfig(preset(model), capacity, page_size=page_size)
+        trace = build_trace(config, seed=0, scale=scale)
+        for name, factory in policies.items():
+            m = replay(Arena(config, factory()), trace, name, check_every=10_000)
+            rows.append((model, name, {
+                "rejections": m.rejected_headroom + m.rejected_ladder,
+                "retractions": m.retractions,
+                "max_active": m.max_active,
+                "bytes_moved": sum(m.bytes_moved.values()),
+                "peak_util": m.peak_utilization,
+            }))
+    return rows
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "check-policy", help="check an admission policy for safety and compare its quality with the ladder",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=__doc__ + """
+A policy implements plan(arena, demand) -> Plan (read-only; raise AdmissionRejectedError when it
+finds none) and after_free(arena) -> Plan | None; subclass kvarena.reference.policy.Ladder to start
+from the spec's ladder. It is never trusted: every plan passes the validator (reference/validate.py).
+
+examples:
+  kvarena check-policy                                  # the default ladder and every shipped policy
+  kvarena check-policy best-fit --examples 500          # one shipped policy, more exploration
+  kvarena check-policy mypkg.policies:Greedy            # your own
+exit status: 0 when every policy checked is safe, 1 on any violation.""")
+    p.add_argument("policy", nargs="*", help="package.module:Policy or a shipped name "
+                                             f"({', '.join(sorted(POLICIES))}); default: all shipped")
+    p.add_argument("--examples", type=int, default=None, help="state-machine runs (default: the ci profile's)")
+    p.add_argument("--no-quality", action="store_true", help="skip the replay comparison (safety only)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    register_profiles()
+    chosen = {s: load_policy(s) for s in args.policy} if args.policy else dict(POLICIES)
+    unsafe = 0
+    print(f"{'policy':<34} {'safety':<8} invariant")
+    for name, factory in chosen.items():
+        r = check_safety(name, factory, args.examples)
+        print(f"{name:<34} {'ok' if r.ok else 'VIOLATED':<8} {r.inv or '-'}" + (f" ({r.rule})" if r.rule else ""))
+        if not r.ok:
+            unsafe += 1
+            print(f"  {r.message}\n  shrunk trace that reproduces it:")
+            print("\n".join("    " + line for line in r.trace.splitlines()))
+    quality_failed = False
+    if not args.no_quality:
+        compared = {"ladder": POLICIES["ladder"], **chosen}
+        print(f"\n{'trace':<14} {'policy':<26} {'rejections':>10} {'retracts':>8} {'max active':>10} "
+              f"{'MiB moved':>11} {'peak util':>9}")
+        try:
+            for model, name, m in compare_quality(compared):
+                print(f"{model:<14} {name:<26} {m['rejections']:>10,} {m['retractions']:>8,} {m['max_active']:>10,} "
+                      f"{m['bytes_moved'] / 2**20:>11,.1f} {m['peak_util']:>9.1%}")
+        except (AssertionError, PlanError) as e:
+            print(f"  quality replay stopped by a violation: {e}")
+            quality_failed = True
+    print(f"\n{len(chosen) - unsafe} of {len(chosen)} policies safe")
+    return 1 if unsafe or quality_failed else 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(run(argparse.Namespace(policy=sys.argv[1:], examples=None, no_quality=False)))

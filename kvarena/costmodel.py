@@ -1,0 +1,124 @@
+"""A roofline cost model of one forward pass on one H200: *modeled*, not measured.
+
+One scheduler step is one forward pass over a mixed batch (every decoding request's next token plus
+the prefill chunks of the step). Its time is the larger of the memory time and the compute time:
+
+    step_s = max(bytes / HBM_BYTES_PER_S, flops / COMPUTE_FLOPS_PER_S)
+
+    bytes  = weights                                (every step reads all of them, experts included)
+           + full-attention KV each decode token reads  (context tokens x full entry bytes)
+           + window KV each decode token reads          (min(context, window) x window entry bytes)
+           + recurrent state, read and written back     (per decoding / prefilling request)
+           + prefix KV each prefill chunk reads once, and the KV every new token writes
+           + 2 x bytes the allocator moved this step     (each move reads and writes a page)
+    flops  = 2 x active parameters per token (decode and prefill tokens)
+           + 4 x query heads x head_dim per (query token, context token) pair per attention layer
+           + 4 flops per recurrent-state element per token (decay, rank-1 update, read-out)
+
+It leaves out on purpose: kernel launch and scheduler overhead, sampling, communication, imperfect
+overlap of memory and compute, and attention kernels' own inefficiency. So it is an upper bound on
+throughput and a lower bound on latency; use it to compare configurations with each other, not with
+measured numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvarena.scheduler import StepWork
+from kvarena.spec.errors import ConfigError
+from kvarena.spec.layout import Kind, entry_layout
+from kvarena.spec.models import ModelSpec
+
+# ---- the machine (NVIDIA H200 SXM datasheet) ------------------------------------------------------
+HBM_BYTES_PER_S = 4.8e12  # 4.8 TB/s HBM3e (datasheet); the roofline assumes all of it
+BF16_DENSE_PEAK_FLOPS = 989e12  # 1,979 TFLOP/s bf16 "with sparsity" in the datasheet = 989 dense
+COMPUTE_EFFICIENCY = 0.8  # assumption: large GEMMs reach ~80% of dense peak
+COMPUTE_FLOPS_PER_S = BF16_DENSE_PEAK_FLOPS * COMPUTE_EFFICIENCY  # ~791 TFLOP/s
+RECURRENT_FLOPS_PER_ELEMENT = 4  # assumption: decay, rank-1 update and read-out per fp32 state element
+
+
+@dataclass(frozen=True)
+class ModelCost:
+    """What the roofline needs beyond the KV geometry of the preset."""
+
+    weight_bytes: float  # bytes read per forward (all weights; at these batch sizes every expert is hit)
+    active_params: float  # parameters one token multiplies through (MoE: active experts only)
+    q_heads: int  # attention query heads (attention flops scale with heads x head_dim)
+    head_dim: int
+    source: str
+
+
+# Weight bytes match kvarena.replay_trace.WEIGHTS_GB (the H200 budget); parameter counts are the
+# model cards' (rounded). Heads and head_dim are the configs' (peers-and-models.md §5).
+MODEL_COSTS: dict[str, ModelCost] = {
+    "gpt-oss-20b": ModelCost(13e9, 3.6e9, 64, 64, "OpenAI gpt-oss model card: 21B total, 3.6B active; MXFP4"),
+    "gpt-oss-120b": ModelCost(65e9, 5.1e9, 64, 64, "OpenAI gpt-oss model card: 117B total, 5.1B active"),
+    "qwen3.5-4b": ModelCost(10e9, 4.0e9, 16, 256, "dense ~4B text parameters (the vision tower idles on text)"),
+    "qwen3-next-80b-a3b": ModelCost(80e9, 3.0e9, 16, 256, "80B total, 3B active (A3B); FP8 weights"),
+    "kimi-linear-48b-a3b": ModelCost(96e9, 3.0e9, 32, 544, "48B total, 3B active; MLA absorbed: "
+                                     "(576 QK + 512 PV) / 2 per head (approximate)"),
+    "jamba-1.5-mini": ModelCost(104e9, 12e9, 32, 128, "52B total, 12B active (AI21 model card)"),
+    "gemma-3-27b": ModelCost(54e9, 27e9, 32, 128, "27B dense"),
+}
+
+
+class CostModel:
+    """Step time of one forward pass for one model preset (callable on a StepWork)."""
+
+    def __init__(self, model: ModelSpec) -> None:
+        try:
+            self.cost = cost = MODEL_COSTS[model.name]
+        except KeyError:
+            raise ConfigError(f"no roofline parameters for model {model.name!r}; the cost model knows "
+                              f"{sorted(MODEL_COSTS)}") from None
+        self.full_entry = 0
+        self.window_read = 0  # bytes one decode token reads from every window class (window x entry)
+        self.window_entry = 0
+        self.state_bytes = 0
+        self.attn_full = 0  # flops per (query, context token) pair over the full-attention layers
+        self.attn_window = 0  # ... over the window layers, times the window (context >= window assumed)
+        per_pair = 4 * cost.q_heads * cost.head_dim
+        for c in model.classes:
+            e = entry_layout(c).entry_bytes
+            layers = len({r.layer for r in c.rows})
+            if c.kind is Kind.FULL:
+                self.full_entry, self.attn_full = e, per_pair * layers
+            elif c.kind is Kind.WINDOW:
+                self.window_entry += e
+                self.window_read += c.window * e
+                self.attn_window += per_pair * layers * c.window
+            else:
+                self.state_bytes += e
+        self.state_flops = RECURRENT_FLOPS_PER_ELEMENT * self.state_bytes // 4
+
+    def bytes_and_flops(self, w: StepWork) -> tuple[float, float]:
+        c = self.cost
+        tokens = w.decode_requests + w.prefill_tokens
+        if not tokens and not w.moved_bytes:
+            return 0.0, 0.0
+        nbytes = (c.weight_bytes if tokens else 0.0)
+        nbytes += w.decode_context * self.full_entry + w.decode_requests * self.window_read
+        nbytes += 2 * self.state_bytes * (w.decode_requests + w.prefill_requests)
+        # a chunk reads the KV of its prefix once (flash attention streams it per query tile: counted once)
+        nbytes += w.prefill_prefix * self.full_entry + w.prefill_requests * self.window_read
+        nbytes += tokens * (self.full_entry + self.window_entry)
+        nbytes += 2 * w.moved_bytes
+        flops = 2 * c.active_params * tokens
+        flops += self.attn_full * (w.decode_context + w.prefill_attention)
+        flops += self.attn_window * tokens
+        flops += self.state_flops * tokens
+        return nbytes, flops
+
+    def __call__(self, w: StepWork) -> float:
+        nbytes, flops = self.bytes_and_flops(w)
+        return max(nbytes / HBM_BYTES_PER_S, flops / COMPUTE_FLOPS_PER_S)
+
+    def describe(self) -> list[str]:
+        c = self.cost
+        return [f"roofline: step = max(bytes / {HBM_BYTES_PER_S / 1e12:g} TB/s, flops / "
+                f"{COMPUTE_FLOPS_PER_S / 1e12:.0f} TFLOP/s = {COMPUTE_EFFICIENCY:.0%} of "
+                f"{BF16_DENSE_PEAK_FLOPS / 1e12:g} bf16 dense)",
+                f"model: {c.weight_bytes / 1e9:g} GB weights read per step, {c.active_params / 1e9:g}B active "
+                f"params, {c.q_heads} query heads x {c.head_dim} ({c.source})",
+                "no launch / scheduler / sampling overhead, perfect overlap: an upper bound on throughput"]

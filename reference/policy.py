@@ -1,0 +1,119 @@
+"""§Policies: plug-in admission policies (spec/arena.md §Policies).
+
+A policy decides *how* to make room — which rung to try, which holes to fill,
+which pages move where and in which order — and returns a ``Plan``.  It may not
+decide anything that breaks an invariant: the arena validates every plan
+(``reference/validate.py``) before applying it, so a policy is never trusted.
+
+Policies read the arena but never mutate it.  They raise
+``AdmissionRejectedError`` (with the shortfall) when they find no plan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
+
+from kvarena.reference.bands import BandView, Role
+from kvarena.reference.ladder import place
+from kvarena.spec.types import Plan, Rung
+
+if TYPE_CHECKING:
+    from kvarena.reference.arena import Arena
+
+
+class Policy(Protocol):
+    """What a plug-in admission policy implements."""
+
+    name: str
+
+    def plan(self, arena: Arena, demand: dict[str, int]) -> Plan:
+        """A plan placing ``demand`` (validated, non-empty); raise AdmissionRejectedError if none."""
+        ...
+
+    def after_free(self, arena: Arena) -> Plan | None:
+        """Optional moves right after pages were freed (e.g. eager compaction); None for none."""
+        ...
+
+
+class Ladder:
+    """The spec's ladder: reuse in place, compact the ends, relayout the floats (the default)."""
+
+    name = "ladder"
+
+    def plan(self, arena: Arena, demand: dict[str, int]) -> Plan:
+        return arena.ladder(demand)
+
+    def after_free(self, arena: Arena) -> Plan | None:
+        return None
+
+
+class NoRelayout(Ladder):
+    """SGLang's two-pool behaviour: reuse and compaction, never a relayout of float bands."""
+
+    name = "no-relayout"
+
+    def plan(self, arena: Arena, demand: dict[str, int]) -> Plan:
+        return arena.ladder(demand, max_rung=Rung.COMPACT)
+
+
+class RelayoutBudget(Ladder):
+    """The ladder, but a relayout may move at most ``budget_bytes`` per admission."""
+
+    def __init__(self, budget_bytes: int = 64 << 20) -> None:
+        self.budget_bytes = budget_bytes
+        self.name = f"relayout-budget-{budget_bytes >> 20}MiB"
+
+    def plan(self, arena: Arena, demand: dict[str, int]) -> Plan:
+        return arena.ladder(demand, relayout_budget=self.budget_bytes)
+
+
+class EagerCompaction(Ladder):
+    """The ladder, plus a full compaction of the end bands whenever pages are freed (SGLang's eager mode)."""
+
+    name = "eager-compaction"
+
+    def after_free(self, arena: Arena) -> Plan | None:
+        return arena.plan_compact(None)
+
+
+class BestFit(Ladder):
+    """Rung 1 fills holes from the smallest runs of holes first, keeping long runs whole.
+
+    A long run of holes at a band's far edge is what boundary absorption gives back to
+    the gap; filling short runs first keeps those runs intact.  Costs O(holes of the band)
+    per admission, where first-fit costs O(pages placed).
+    """
+
+    name = "best-fit"
+
+    def plan(self, arena: Arena, demand: dict[str, int]) -> Plan:
+        views = [_best_fit_view(arena.bands[n]) for n in arena.order]
+        fit = place(views, demand, arena.hints)
+        if fit.ok:
+            return Plan(Rung.REUSE, placements={c: tuple(s) for c, s in fit.slots.items() if s})
+        return arena.ladder(demand)
+
+
+def _best_fit_view(band) -> BandView:
+    holes = list(band.holes)
+    runs: list[list[int]] = []
+    for s in holes:
+        if runs and runs[-1][-1] == s - 1:
+            runs[-1].append(s)
+        else:
+            runs.append([s])
+    far = (lambda r: -r[0]) if band.role is Role.HIGH else (lambda r: r[0])
+    order = [s for r in sorted(runs, key=lambda r: (len(r), far(r))) for s in r]
+    view = BandView.of(band)
+    view._first = lambda k: order[:max(0, k)]
+    return view
+
+
+POLICIES: dict[str, Callable[[], Policy]] = {
+    "ladder": Ladder,
+    "best-fit": BestFit,
+    "eager-compaction": EagerCompaction,
+    "no-relayout": NoRelayout,
+    "relayout-budget": RelayoutBudget,
+}

@@ -1,0 +1,173 @@
+"""§Plan validation: the rules a plan must keep before the arena applies it (spec/arena.md §Policies).
+
+A plan — moves in order, float target spans, then placements — can come from the
+built-in ladder or from a plug-in policy, which is never trusted.  ``validate_plan``
+replays the plan on a small overlay of the slots it touches (O(plan size), never
+O(arena)) and raises ``PlanError`` naming the rule and the invariant it protects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from kvarena.reference.bands import Band, Role
+from kvarena.spec.errors import PlanError
+from kvarena.spec.types import Plan, Rung
+
+if TYPE_CHECKING:  # the arena imports this module; no cycle at run time
+    from kvarena.reference.arena import Arena
+
+# rule -> the invariant a plan breaking it would violate
+RULES: dict[str, str] = {
+    "PLAN-RUNG": "INV-BAND-ORDER",  # rung 1 moves nothing; rung 2 moves end bands only; rung 3 floats
+    "PLAN-MOVE-SOURCE": "INV-VMAP-BIJECTIVE",  # a move's source is a live page of that class
+    "PLAN-MOVE-WRITER": "INV-LEDGER-SAFETY",  # a page with a writer never moves
+    "PLAN-MOVE-DEST": "INV-NO-OVERLAP",  # a move's destination is free (a hole, or gap inside a float's target)
+    "PLAN-DEST-USERS": "INV-LEDGER-SAFETY",  # a destination has no ledger user (never a withheld slot)
+    "PLAN-SPAN": "INV-BAND-ORDER",  # a float's target span keeps every page it still has
+    "PLAN-PLACE-COUNT": "INV-VMAP-BIJECTIVE",  # placements give each class exactly its demand
+    "PLAN-PLACE-FREE": "INV-LEDGER-SAFETY",  # a placement takes a hole or extends a frontier, never a used slot
+    "PLAN-EXTENT": "INV-NO-OVERLAP",  # after the plan, spans stay inside the arena, disjoint, in chain order
+}
+
+
+def _fail(rule: str, msg: str) -> None:
+    err = PlanError(f"{rule} ({RULES[rule]}): {msg}; the policy must plan only moves and placements the spec "
+                    "allows (spec/arena.md §Policies)")
+    err.rule, err.inv = rule, RULES[rule]  # type: ignore[attr-defined]
+    raise err
+
+
+class _Overlay:
+    """Slot states after the plan's steps so far, over the untouched arena."""
+
+    def __init__(self, a: Arena) -> None:
+        self.a = a
+        self.state: dict[tuple[str, int], str] = {}
+        self.spans: dict[str, tuple[int, int]] = {n: (b.lo, b.hi) for n, b in a.bands.items()}
+
+    def get(self, cls: str, slot: int) -> str:
+        got = self.state.get((cls, slot))
+        if got is not None:
+            return got
+        band = self.a.bands[cls]
+        lo, hi = self.spans[cls]
+        if not lo <= slot < hi:
+            return "gap"
+        return band.state_of(slot) if band.in_span(slot) else "hole"  # slots a float's target span added
+
+    def used(self, cls: str, slot: int) -> bool:
+        return self.a.readers[(cls, slot)] > 0 or self.a.writers[(cls, slot)] > 0
+
+
+def validate_plan(a: Arena, plan: Plan, demand: Mapping[str, int]) -> None:
+    """Raise PlanError if applying ``plan`` for ``demand`` would break a rule of the spec."""
+    ends = {a.order[0], a.order[-1]}
+    if plan.rung is Rung.REUSE and plan.moves:
+        _fail("PLAN-RUNG", f"a rung-1 plan moves {len(plan.moves)} pages; reuse in place moves nothing")
+    if plan.moves and plan.rung not in (Rung.COMPACT, Rung.RELAYOUT):
+        _fail("PLAN-RUNG", f"a plan of rung {plan.rung.name} carries moves")
+    ov = _Overlay(a)
+    for cls, (t, t_end) in plan.spans.items():
+        if cls not in a.bands or cls in ends:
+            _fail("PLAN-RUNG", f"target span for {cls!r}, which is not a float band")
+        if plan.rung not in (Rung.RELAYOUT, Rung.NONE) or (plan.rung is Rung.NONE and plan.moves):
+            _fail("PLAN-RUNG", f"a float target span in a rung-{int(plan.rung)} plan")
+        if not 0 <= t <= t_end <= a.bands[cls].top:
+            _fail("PLAN-EXTENT", f"target span [{t}, {t_end}) of {cls!r} leaves its grid [0, {a.bands[cls].top})")
+
+    for m in plan.moves:
+        if m.cls not in a.bands:
+            _fail("PLAN-MOVE-SOURCE", f"move of unknown class {m.cls!r}")
+        if plan.rung is Rung.COMPACT and m.cls not in ends:
+            _fail("PLAN-RUNG", f"rung 2 moves {m.cls}:{m.src}, a float page; compaction packs the end bands only")
+        if plan.rung is Rung.RELAYOUT and m.cls not in ends and m.cls not in plan.spans:
+            _fail("PLAN-RUNG", f"rung 3 moves float {m.cls!r} without a target span")
+        if m.src == m.dst:
+            _fail("PLAN-MOVE-DEST", f"move {m.cls}:{m.src} onto itself")
+        if ov.get(m.cls, m.src) != "live":
+            _fail("PLAN-MOVE-SOURCE", f"moves {m.cls}:{m.src}, which is {ov.get(m.cls, m.src)} at that step")
+        if a.writers[(m.cls, m.src)] > 0:
+            _fail("PLAN-MOVE-WRITER", f"moves {m.cls}:{m.src} while a ledger user writes it")
+        dst = ov.get(m.cls, m.dst)
+        inside = m.cls in plan.spans and plan.spans[m.cls][0] <= m.dst < plan.spans[m.cls][1]
+        if ov.used(m.cls, m.dst) or dst == "withheld":
+            _fail("PLAN-DEST-USERS", f"moves onto {m.cls}:{m.dst}, which a ledger user still holds")
+        if not (dst == "hole" or (dst == "gap" and inside)):
+            _fail("PLAN-MOVE-DEST", f"moves onto {m.cls}:{m.dst}, which is {dst}")
+        ov.state[(m.cls, m.src)] = "withheld" if ov.used(m.cls, m.src) else "hole"
+        ov.state[(m.cls, m.dst)] = "live"
+
+    for cls, (t, t_end) in plan.spans.items():
+        band = a.bands[cls]
+        kept = [s for s in (*band.live, *band.withheld, *(s for (c, s) in ov.state if c == cls))
+                if ov.get(cls, s) in ("live", "withheld") and not t <= s < t_end]
+        if kept:
+            _fail("PLAN-SPAN", f"float {cls!r} keeps pages {sorted(set(kept))[:6]} outside its target "
+                               f"span [{t}, {t_end})")
+        ov.spans[cls] = (t, t_end)
+    for cls in ends:  # the ends give back the boundary slots their moves emptied (absorption)
+        lo, hi = _absorbed(ov, a.bands[cls])
+        ov.spans[cls] = (lo, hi)
+
+    for cls, n in demand.items():
+        if len(plan.placements.get(cls, ())) != n:
+            _fail("PLAN-PLACE-COUNT", f"places {len(plan.placements.get(cls, ()))} {cls!r} pages for a demand of {n}")
+    for cls, slots in plan.placements.items():
+        if cls not in a.bands:
+            _fail("PLAN-PLACE-COUNT", f"placements for unknown class {cls!r}")
+        if len(set(slots)) != len(slots):
+            _fail("PLAN-PLACE-FREE", f"places {cls!r} twice on one slot")
+        for s in slots:
+            state = ov.get(cls, s)
+            if state == "hole" and not ov.used(cls, s):
+                ov.state[(cls, s)] = "live"
+            elif state == "gap":
+                _extend(ov, a.bands[cls], s)
+            else:
+                _fail("PLAN-PLACE-FREE", f"places a new {cls!r} page on slot {s}, which is {state}")
+    _check_extents(a, ov)
+
+
+def _absorbed(ov: _Overlay, band: Band) -> tuple[int, int]:
+    """An end band's span once the holes its moves left at the boundary go back to the gap."""
+    lo, hi = ov.spans[band.name]
+    if band.role is Role.LOW:
+        while hi > lo and ov.get(band.name, hi - 1) == "hole":
+            hi -= 1
+            ov.state.pop((band.name, hi), None)
+    else:
+        while lo < hi and ov.get(band.name, lo) == "hole":
+            ov.state.pop((band.name, lo), None)
+            lo += 1
+    return lo, hi
+
+
+def _extend(ov: _Overlay, band: Band, slot: int) -> None:
+    lo, hi = ov.spans[band.name]
+    if band.role is Role.FLOAT and lo == hi:
+        ov.spans[band.name] = (slot, slot + 1)
+    elif slot == hi and band.role is not Role.HIGH:
+        ov.spans[band.name] = (lo, hi + 1)
+    elif slot == lo - 1 and band.role is not Role.LOW:
+        ov.spans[band.name] = (lo - 1, hi)
+    else:
+        _fail("PLAN-PLACE-FREE", f"places {band.name}:{slot} in the gap but not next to the band's frontier "
+                                 f"[{lo}, {hi})")
+    ov.state[(band.name, slot)] = "live"
+
+
+def _check_extents(a: Arena, ov: _Overlay) -> None:
+    prev = None
+    for name in a.order:
+        band = a.bands[name]
+        lo, hi = ov.spans[name]
+        if lo == hi and band.role is Role.FLOAT:
+            continue
+        lo_b, hi_b = lo * band.page_bytes, hi * band.page_bytes
+        if lo_b < 0 or hi_b > a.capacity:
+            _fail("PLAN-EXTENT", f"{name} would span bytes [{lo_b}, {hi_b}) outside the arena")
+        if prev is not None and prev[1] > lo_b:
+            _fail("PLAN-EXTENT", f"{prev[0]} would end at byte {prev[1]} above the start of {name} at {lo_b}")
+        prev = (name, hi_b)
