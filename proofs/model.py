@@ -136,6 +136,9 @@ class State:
     hold_vid: z3.ArrayRef  # (user, band, slot) -> vid recorded at acquire
     hold_gen: z3.ArrayRef  # (user, band, slot) -> serial recorded at acquire
     content: z3.ArrayRef  # (band, slot, entry, row) -> Bool (a tag was written there)
+    # ghosts (no reference field): the Skolem functions of the two existential conjuncts
+    owner_of: z3.ArrayRef  # vid -> an owner that holds it ("no bound page is ownerless")
+    holder: z3.ArrayRef  # (band, slot) -> a user that holds it ("every withheld slot has a user")
 
     def update(self, **changes) -> State:
         return replace(self, **changes)
@@ -148,6 +151,7 @@ _SORTS = {
     "bound": (I, B), "vband": (I, I), "vslot": (I, I), "gen": (I, I), "free": (I, B),
     "owner": (I, B), "held": (I, I, B), "user": (I, B), "writes": (I, B),
     "holds": (I, I, I, B), "hold_vid": (I, I, I, I), "hold_gen": (I, I, I, I), "content": (I, I, I, I, B),
+    "owner_of": (I, I), "holder": (I, I, I),
 }
 
 
@@ -216,10 +220,6 @@ def has_writer(st: State, b, s) -> z3.BoolRef:
     """``writers[(b, s)] > 0``."""
     u = bvar("user", "has_writer")
     return z3.Exists([u], z3.And(st.user[u], st.writes[u], st.holds[u, b, s]))
-
-
-def has_user(st: State, b, s) -> z3.BoolRef:
-    return in_use(st, b, s)
 
 
 def other_owner(st: State, o, v) -> z3.BoolRef:
@@ -298,7 +298,8 @@ def _writer_unmoved(c: Config, st: State) -> z3.BoolRef:
 
 
 def _withheld_has_user(c: Config, st: State) -> z3.BoolRef:
-    return z3.ForAll([qb, qs], z3.Implies(st.withheld[qb, qs], has_user(st, qb, qs)))
+    u = st.holder[qb, qs]  # Skolemized: "some live user holds it" names that user
+    return z3.ForAll([qb, qs], z3.Implies(st.withheld[qb, qs], z3.And(st.user[u], st.holds[u, qb, qs])))
 
 
 def _hole_has_no_user(c: Config, st: State) -> z3.BoolRef:
@@ -339,8 +340,8 @@ def _owned_bound(c: Config, st: State) -> z3.BoolRef:
 
 
 def _no_leak(c: Config, st: State) -> z3.BoolRef:
-    o = bvar("owner", "no_leak")
-    return z3.ForAll([qv], z3.Implies(st.bound[qv], z3.Exists([o], z3.And(st.owner[o], st.held[o, qv]))))
+    o = st.owner_of[qv]  # Skolemized: "some owner holds it" names that owner
+    return z3.ForAll([qv], z3.Implies(st.bound[qv], z3.And(st.owner[o], st.held[o, qv])))
 
 
 def _free_unbound(c: Config, st: State) -> z3.BoolRef:
@@ -403,7 +404,7 @@ CONJUNCTS: tuple[Conjunct, ...] = (
              mirrors="each hold: same vid and serial at the slot, or the slot is withheld"),
     Conjunct("INV-LEDGER-SAFETY", "writer-unmoved", LEDGER | VMAP | {"gen"}, _writer_unmoved,
              mirrors="a page held by a writer (same allocation) is still where it was acquired"),
-    Conjunct("INV-LEDGER-SAFETY", "withheld-has-user", {"withheld", "user", "holds"}, _withheld_has_user,
+    Conjunct("INV-LEDGER-SAFETY", "withheld-has-user", {"withheld", "user", "holds", "holder"}, _withheld_has_user,
              mirrors="every withheld slot has a user"),
     Conjunct("INV-LEDGER-SAFETY", "hole-has-no-user", {"holes", "user", "holds"}, _hole_has_no_user,
              mirrors="no hole has a user"),
@@ -420,7 +421,7 @@ CONJUNCTS: tuple[Conjunct, ...] = (
              mirrors="v2p[v] = (b, s) implies p2v[(b, s)] = v"),
     Conjunct("INV-VMAP-BIJECTIVE", "owned-bound", {"owner", "held", "bound"}, _owned_bound,
              mirrors="every page an owner holds is bound"),
-    Conjunct("INV-VMAP-BIJECTIVE", "no-leak", {"owner", "held", "bound"}, _no_leak,
+    Conjunct("INV-VMAP-BIJECTIVE", "no-leak", {"owner", "held", "bound", "owner_of"}, _no_leak,
              mirrors="no bound page is ownerless"),
     Conjunct("INV-VMAP-BIJECTIVE", "free-unbound", {"free", "bound"}, _free_unbound,
              mirrors="no id is both free and bound"),

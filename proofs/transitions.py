@@ -41,7 +41,6 @@ from kvarena.proofs.model import (
     init,
     is_band,
     lo_byte,
-    other_owner,
     pick,
     qo,
     qv,
@@ -166,13 +165,23 @@ def frontier_cases(c: Config, st: State, s, slack: bool) -> list[tuple[str, int,
     ]
 
 
-def vacate(st: State, b, s, iu: z3.BoolRef, mutant: str | None) -> dict:
+def use_decided(st: State, b, s, iu: z3.BoolRef, uw: z3.ArithRef) -> z3.BoolRef:
+    """``iu`` is ``_in_use((b, s))``, and when true ``uw`` is a live user holding the page (the existential
+    "some user holds it" as a chosen witness, so every quantifier of a query stays universal)."""
+    u = bvar("user", "nobody")
+    return z3.If(iu, z3.And(st.user[uw], st.holds[uw, b, s]),
+                 z3.ForAll([u], z3.Not(z3.And(st.user[u], st.holds[u, b, s]))))
+
+
+def vacate(st: State, b, s, iu: z3.BoolRef, uw: z3.ArithRef, mutant: str | None) -> dict:
     """``Arena._vacate``: a slot whose page left is withheld while a user holds it, else a hole."""
+    holder = z3.If(iu, z3.Store(st.holder, b, s, uw), st.holder)
     if mutant in ("vacate-ignores-users",):
         return {"holes": z3.Store(st.holes, b, s, True)}
-    if mutant in ("free-loses-slot", "compact-loses-source", "relayout-loses-source", "move-loses-source"):
-        return {"withheld": z3.Store(st.withheld, b, s, iu)}
-    return {"withheld": z3.Store(st.withheld, b, s, iu), "holes": z3.Store(st.holes, b, s, z3.Not(iu))}
+    if mutant in ("free-loses-slot", "compact-loses-source", "relayout-loses-source"):
+        return {"withheld": z3.Store(st.withheld, b, s, iu), "holder": holder}
+    return {"withheld": z3.Store(st.withheld, b, s, iu), "holes": z3.Store(st.holes, b, s, z3.Not(iu)),
+            "holder": holder}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -185,7 +194,8 @@ def _place(c: Config, st: State, tag: str, mutant: str | None, new_owner: bool, 
     if mutant == "reuse-bound-id":
         vid_ok = z3.Or(vid_ok, st.bound[v])  # the free list holds an id that is still bound
     own = st.owner[o] if not new_owner else z3.Not(st.owner[o])
-    held = {"held": z3.Store(st.held, o, v, True)} if mutant != "leak" else {}
+    held = ({"held": z3.Store(st.held, o, v, True), "owner_of": z3.Store(st.owner_of, v, o)}
+            if mutant != "leak" else {})
     owner = {"owner": z3.Store(st.owner, o, True)} if new_owner else {}
     args = {"o": o, "v": v, "b": b, "s": s}
     steps = []
@@ -231,16 +241,22 @@ def share(c: Config, st: State, tag: str, mutant: str | None = None) -> list[Ste
 def slide(c: Config, st: State, tag: str, mutant: str | None = None) -> list[Step]:
     """``slide(owner, cls, 1)`` (and each page of ``drop``): the owner lets go of one page it holds; the page
     is freed if no other owner holds it (``_unref`` / ``_free_page`` / ``_vacate``)."""
-    o, v = _args(tag, "o v")
+    o, v, o2, uw = _args(tag, "o v other user")
     last, iu = _bools(tag, "last iu")
     b, s = st.vband[v], st.vslot[v]
-    is_last = z3.Not(other_owner(st, o, v)) if mutant != "free-while-shared" else TRUE
-    guard = z3.And(st.owner[o], st.held[o, v], last == is_last, iu == in_use(st, b, s))
+    x = bvar("owner", tag)
+    if mutant == "free-while-shared":  # the count reached 0 although another owner holds the page
+        decided = last
+    else:  # last: no other owner holds v; else o2 is one that does
+        decided = z3.If(last, z3.ForAll([x], z3.Implies(x != o, z3.Not(z3.And(st.owner[x], st.held[x, v])))),
+                        z3.And(o2 != o, st.owner[o2], st.held[o2, v]))
+    guard = z3.And(st.owner[o], st.held[o, v], decided, use_decided(st, b, s, iu, uw))
     freed = {"bound": z3.Store(st.bound, v, False), "free": z3.Store(st.free, v, True),
              "live": z3.Store(st.live, b, s, False),
-             "content": clear_content(st, b, s, keep=mutant == "free-keeps-rows"), **vacate(st, b, s, iu, mutant)}
-    upd = {k: z3.If(last, t, getattr(st, k)) for k, t in freed.items()}
-    post = st.update(held=z3.Store(st.held, o, v, False), **upd)
+             "content": clear_content(st, b, s, keep=mutant == "free-keeps-rows"), **vacate(st, b, s, iu, uw, mutant)}
+    upd = {k: z3.If(last, term, getattr(st, k)) for k, term in freed.items()}
+    owner_of = z3.If(z3.And(z3.Not(last), st.owner_of[v] == o), z3.Store(st.owner_of, v, o2), st.owner_of)
+    post = st.update(held=z3.Store(st.held, o, v, False), owner_of=owner_of, **upd)
     return [Step("slide", "one page", guard, post, {"o": o, "v": v, "last": last, "iu": iu})]
 
 
@@ -248,14 +264,23 @@ def free(c: Config, st: State, tag: str, mutant: str | None = None) -> list[Step
     """``free(owner)``: the owner lets go of every page (all classes) and is forgotten; each page no other
     owner holds is freed: unbound, its rows dropped, its slot withheld if a user holds it, else a hole."""
     (o,) = _args(tag, "o")
-    FR = z3.Array(f"{tag}.freed", z3.IntSort(), z3.BoolSort())
+    FR = z3.Array(f"{tag}.freed", z3.IntSort(), z3.BoolSort())  # the pages whose last owner this is
+    NW = z3.Array(f"{tag}.next_owner", z3.IntSort(), z3.IntSort())  # another owner of each page that stays
     IU = z3.Array(f"{tag}.in_use", z3.IntSort(), z3.IntSort(), z3.BoolSort())
-    x, bb, ss, e, r = (bvar(k, tag) for k in ("vid", "band", "slot", "entry", "row"))
-    if mutant == "free-leaks":
-        freed_def = z3.ForAll([x], z3.Not(FR[x]))  # the owner is deleted, its pages are never unreferenced
+    UW = z3.Array(f"{tag}.user", z3.IntSort(), z3.IntSort(), z3.IntSort())
+    x, o2, bb, ss, u, e, r = (bvar(k, tag) for k in ("vid", "owner", "band", "slot", "user", "entry", "row"))
+    if mutant == "free-leaks":  # the owner is deleted, its pages are never unreferenced
+        owners_decided = z3.ForAll([x], z3.Not(FR[x]))
     else:
-        freed_def = z3.ForAll([x], FR[x] == z3.And(st.held[o, x], z3.Not(other_owner(st, o, x))))
-    guard = z3.And(st.owner[o], freed_def, z3.ForAll([bb, ss], IU[bb, ss] == in_use(st, bb, ss)))
+        owners_decided = z3.And(
+            z3.ForAll([x, o2], z3.Implies(z3.And(FR[x], o2 != o), z3.Not(z3.And(st.owner[o2], st.held[o2, x])))),
+            z3.ForAll([x], z3.Implies(FR[x], st.held[o, x])),
+            z3.ForAll([x], z3.Implies(z3.And(st.held[o, x], z3.Not(FR[x])),
+                                      z3.And(NW[x] != o, st.owner[NW[x]], st.held[NW[x], x]))))
+    users_decided = z3.And(
+        z3.ForAll([bb, ss], z3.Implies(IU[bb, ss], z3.And(st.user[UW[bb, ss]], st.holds[UW[bb, ss], bb, ss]))),
+        z3.ForAll([bb, ss, u], z3.Implies(z3.Not(IU[bb, ss]), z3.Not(z3.And(st.user[u], st.holds[u, bb, ss])))))
+    guard = z3.And(st.owner[o], owners_decided, users_decided)
     goes = z3.And(st.live[bb, ss], FR[st.p2v[bb, ss]])
     holes = (z3.Lambda([bb, ss], z3.Or(st.holes[bb, ss], goes)) if mutant == "vacate-ignores-users" else
              st.holes if mutant == "free-loses-slot" else
@@ -265,13 +290,16 @@ def free(c: Config, st: State, tag: str, mutant: str | None = None) -> list[Step
     content = (st.content if mutant == "free-keeps-rows" else
                z3.Lambda([bb, ss, e, r], z3.And(st.content[bb, ss, e, r],
                                                 z3.Not(z3.And(st.live[bb, ss], FR[st.p2v[bb, ss]])))))
+    owner_of = (st.owner_of if mutant == "free-leaks" else
+                z3.Lambda([x], z3.If(st.owner_of[x] == o, NW[x], st.owner_of[x])))
     post = st.update(
         owner=z3.Store(st.owner, o, False),
         held=z3.Lambda([qo, qv], z3.And(st.held[qo, qv], qo != o)),
         bound=z3.Lambda([x], z3.And(st.bound[x], z3.Not(FR[x]))),
         free=z3.Lambda([x], z3.Or(st.free[x], FR[x])),
         live=z3.Lambda([bb, ss], z3.And(st.live[bb, ss], z3.Not(FR[st.p2v[bb, ss]]))),
-        holes=holes, withheld=withheld, content=content)
+        holes=holes, withheld=withheld, content=content, owner_of=owner_of,
+        holder=z3.Lambda([bb, ss], z3.If(z3.And(goes, IU[bb, ss]), UW[bb, ss], st.holder[bb, ss])))
     return [Step("free", "every page", guard, post, {"o": o, "freed": FR})]
 
 
@@ -301,17 +329,24 @@ def release(c: Config, st: State, tag: str, mutant: str | None = None) -> list[S
     """``release(user)``: the user ends; each withheld slot it held that no other live user holds becomes a
     hole."""
     (u,) = _args(tag, "u")
-    OTHER = z3.Array(f"{tag}.other", z3.IntSort(), z3.IntSort(), z3.BoolSort())
+    OTHER = z3.Array(f"{tag}.other", z3.IntSort(), z3.IntSort(), z3.BoolSort())  # another user holds the slot
+    OW = z3.Array(f"{tag}.other_user", z3.IntSort(), z3.IntSort(), z3.IntSort())  # ... namely this one
     u2, bb, ss = (bvar(k, tag) for k in ("user", "band", "slot"))
-    other = z3.Exists([u2], z3.And(u2 != u, st.user[u2], st.holds[u2, bb, ss]))
-    guard = z3.And(st.user[u], z3.ForAll([bb, ss], OTHER[bb, ss] == other))
+    others_decided = z3.And(
+        z3.ForAll([bb, ss], z3.Implies(OTHER[bb, ss], z3.And(OW[bb, ss] != u, st.user[OW[bb, ss]],
+                                                             st.holds[OW[bb, ss], bb, ss]))),
+        z3.ForAll([bb, ss, u2], z3.Implies(z3.And(z3.Not(OTHER[bb, ss]), u2 != u),
+                                           z3.Not(z3.And(st.user[u2], st.holds[u2, bb, ss])))))
+    guard = z3.And(st.user[u], others_decided)
     conv = z3.And(st.holds[u, bb, ss], st.withheld[bb, ss], z3.Not(OTHER[bb, ss]))
     if mutant == "release-keeps-withheld":
         conv = z3.BoolVal(False)
     withheld = z3.Lambda([bb, ss], z3.And(st.withheld[bb, ss], z3.Not(conv)))
     holes = (st.holes if mutant == "release-loses-slot" else
              z3.Lambda([bb, ss], z3.Or(st.holes[bb, ss], conv)))
-    post = st.update(user=z3.Store(st.user, u, False), withheld=withheld, holes=holes)
+    holder = z3.Lambda([bb, ss], z3.If(z3.And(st.holder[bb, ss] == u, OTHER[bb, ss]), OW[bb, ss],
+                                      st.holder[bb, ss]))
+    post = st.update(user=z3.Store(st.user, u, False), withheld=withheld, holes=holes, holder=holder)
     return [Step("release", "one user", guard, post, {"u": u})]
 
 
@@ -333,7 +368,7 @@ def write(c: Config, st: State, tag: str, mutant: str | None = None) -> list[Ste
 # Moves: move / compact / relayout
 
 
-def _move_post(st: State, b, src, dst, iu: z3.BoolRef, mutant: str | None, tag: str) -> tuple[State, dict]:
+def _move_post(st: State, b, src, dst, iu: z3.BoolRef, uw, mutant: str | None, tag: str) -> tuple[State, dict]:
     """``Arena._move``: the page at ``src`` goes to hole ``dst`` of the same band with all its rows; the vid
     is remapped; ``src`` is vacated."""
     v = st.p2v[b, src]
@@ -349,7 +384,7 @@ def _move_post(st: State, b, src, dst, iu: z3.BoolRef, mutant: str | None, tag: 
             z3.And(bb == b, ss == dst), st.content[b, src, e, r],
             z3.If(z3.And(bb == b, ss == src), False, st.content[bb, ss, e, r])))
     holes = z3.Store(st.holes, b, dst, False)
-    upd = vacate(st.update(holes=holes), b, src, iu, mutant)
+    upd = vacate(st.update(holes=holes), b, src, iu, uw, mutant)
     upd.setdefault("holes", holes)
     post = st.update(live=z3.Store(z3.Store(st.live, b, src, False), b, dst, True),
                      p2v=z3.Store(st.p2v, b, dst, v),
@@ -360,12 +395,12 @@ def _move_post(st: State, b, src, dst, iu: z3.BoolRef, mutant: str | None, tag: 
 
 def move(c: Config, st: State, tag: str, mutant: str | None = None) -> list[Step]:
     """``Arena._move`` as ledger rules 2-4 allow it: a live page without a writer to a hole of its band."""
-    b, src, dst = _args(tag, "b src dst")
+    b, src, dst, uw = _args(tag, "b src dst user")
     (iu,) = _bools(tag, "iu")
     dst_ok = st.holes[b, dst] if mutant != "move-to-gap" else z3.Not(in_span(st, b, dst))
     movable = z3.Not(has_writer(st, b, src)) if mutant != "move-written-page" else TRUE
-    guard = z3.And(is_band(b), st.live[b, src], dst_ok, movable, iu == in_use(st, b, src))
-    post, extra = _move_post(st, b, src, dst, iu, mutant, tag)
+    guard = z3.And(is_band(b), st.live[b, src], dst_ok, movable, use_decided(st, b, src, iu, uw))
+    post, extra = _move_post(st, b, src, dst, iu, uw, mutant, tag)
     return [Step("move", "one page", guard, post, {"b": b, "src": src, "dst": dst, **extra})]
 
 
@@ -380,7 +415,7 @@ def compact(c: Config, st: State, tag: str, mutant: str | None = None) -> list[S
     """One step of ``plan_compaction``: in an end band, the farthest live page goes to the hole nearest the
     anchor, while that hole is nearer the anchor than the page and the page is beyond the band's barrier (the
     farthest slot that cannot move: withheld, or held by a writer)."""
-    src, dst = _args(tag, "src dst")
+    src, dst, uw = _args(tag, "src dst user")
     x = bvar("slot", tag)
     (iu,) = _bools(tag, "iu")
     steps = []
@@ -392,8 +427,8 @@ def compact(c: Config, st: State, tag: str, mutant: str | None = None) -> list[S
         farthest_live = z3.ForAll([x], z3.Implies(z3.And(st.live[band, x], nearer(src, x)), False))
         beyond_barrier = z3.ForAll([x], z3.Implies(pinned(st, band, x, mutant), nearer(x, src)))
         guard = z3.And(st.holes[band, dst], nearest_hole, st.live[band, src], farthest_live, nearer(dst, src),
-                       beyond_barrier, iu == in_use(st, band, src))
-        post, extra = _move_post(st, band, src, dst, iu, mutant, tag)
+                       beyond_barrier, use_decided(st, band, src, iu, uw))
+        post, extra = _move_post(st, band, src, dst, iu, uw, mutant, tag)
         replay = TRUE
         if band == HIGH:  # compact(max_moves=1) makes the low band's move first, if it has one
             h, s2, y = bvar("slot", tag + ".h"), bvar("slot", tag + ".s"), bvar("slot", tag + ".y")
@@ -419,11 +454,12 @@ def relayout_grow(c: Config, st: State, tag: str, mutant: str | None = None) -> 
 
 def relayout_move(c: Config, st: State, tag: str, mutant: str | None = None) -> list[Step]:
     """``_retarget_float``, second part: a float page with no ledger user moves to a hole of the grown span."""
-    src, dst = _args(tag, "src dst")
+    src, dst, uw = _args(tag, "src dst user")
     (iu,) = _bools(tag, "iu")
     free_of_users = z3.Not(in_use(st, FLOAT, src)) if mutant != "relayout-ignores-users" else TRUE
-    guard = z3.And(st.live[FLOAT, src], st.holes[FLOAT, dst], free_of_users, iu == in_use(st, FLOAT, src))
-    post, extra = _move_post(st, z3.IntVal(FLOAT), src, dst, iu, mutant, tag)
+    guard = z3.And(st.live[FLOAT, src], st.holes[FLOAT, dst], free_of_users,
+                   use_decided(st, FLOAT, src, iu, uw))
+    post, extra = _move_post(st, z3.IntVal(FLOAT), src, dst, iu, uw, mutant, tag)
     return [Step("relayout_move", "one page", guard, post, {"b": z3.IntVal(FLOAT), "src": src, "dst": dst,
                                                             **extra})]
 
