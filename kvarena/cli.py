@@ -19,6 +19,8 @@ kvarena: the executable contract for the unified KV-cache arena of hybrid LLMs.
   kvarena vectors           regenerate (--write) or verify (--check) the committed conformance vectors
   kvarena check-policy      check admission policies for safety (state machine + plan validator) and
                             compare their quality with the default ladder on standard traces
+  kvarena prove             prove every invariant against every transition (Z3), with non-vacuity and
+                            planted bugs replayed in the reference, plus the ladder theorems (--only INV-...)
 """
 
 
@@ -28,12 +30,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", metavar="<command>")
     from kvarena import check_policy, models_cmd, replay, simulate
     from kvarena.conformance import cli as conformance_cli
+    from kvarena.proofs import cli as prove_cli
 
     replay.add_parser(sub)
     models_cmd.add_parser(sub)
     conformance_cli.add_parser(sub)
     check_policy.add_parser(sub)
     simulate.add_parser(sub)
+    prove_cli.add_parser(sub)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()

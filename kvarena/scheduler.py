@@ -415,9 +415,9 @@ def run(alloc, source, label: str, model: SchedulerModel = SchedulerModel(), see
         while True:
             target = r.done + c
             if first:
-                ops = with_wait(lambda: pg.admit(r.rid, target, model.transient_window) or 1)
+                ops = with_wait(lambda t=target: pg.admit(r.rid, t, model.transient_window) or 1)
             else:
-                ops = with_wait(lambda: pg.extend_to(r.rid, target, model.transient_window) or 1)
+                ops = with_wait(lambda t=target: pg.extend_to(r.rid, t, model.transient_window) or 1)
             if ops is not None:
                 break
             if budget is None or c <= pt:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from kvarena.costmodel import CostModel
 from kvarena.reference.arena import Arena
+from kvarena.reference.policy import POLICIES
 from kvarena.reference.split import SplitPools, split_regions
 from kvarena.replay_trace import GiB
 from kvarena.scheduler import RunResult, SchedulerInvariantError, SchedulerModel, run
@@ -42,9 +43,13 @@ ENGINE = SchedulerModel(prefill_chunk=PREFILL_CHUNK, transient_window=True, lazy
 PLOT_SAMPLES = 1500  # time-series points per configuration: between this and twice this
 PARITY = 0.05  # "near parity": unified / split within 5 %
 
-# Unified-arena admission policies: name -> allocator class. Plug-in policies (a later issue) add
-# entries here; every workload then runs each of them as one more configuration.
-UNIFIED_POLICIES: dict[str, Callable[[ArenaConfig], Arena]] = {"default": Arena}
+# Unified-arena admission policies: name -> allocator constructor. The default is the spec's ladder;
+# every shipped plug-in policy (reference/policy.py) runs as one more configuration.
+UNIFIED_POLICIES: dict[str, Callable[[ArenaConfig], Arena]] = {
+    "default": Arena,
+    **{name: (lambda cfg, f=factory: Arena(cfg, f())) for name, factory in POLICIES.items() if name != "ladder"},
+}
+DEFAULT_POLICIES = ("default",)  # `--policies all` runs every shipped policy as its own column
 # --ratio-sweep: split pools at these ratios besides the default (the flag the model's kind uses)
 SWEEP_SWA = (0.1, 0.2, 0.4, 0.6, 1.0)
 SWEEP_MAMBA = (0.1, 0.3, 0.5, 1.5, 3.0)
@@ -68,14 +73,15 @@ class Configuration:
         return UNIFIED_POLICIES[self.policy](cfg)
 
 
-def configurations(w: Workload, sweep: bool = False) -> list[Configuration]:
+def configurations(w: Workload, sweep: bool = False, policies: tuple[str, ...] = DEFAULT_POLICIES
+                   ) -> list[Configuration]:
     """Split pools and the unified arena (each policy) at each of the workload's ratios, then vLLM."""
     out: list[Configuration] = []
     many = len(w.swa_ratios) > 1
     for r in w.swa_ratios:
         tag = f" (swa {r:g})" if many else ""
         out.append(Configuration(f"split pools{tag}", "split", swa_ratio=r))
-        for name in UNIFIED_POLICIES:
+        for name in policies:
             pol = "" if name == "default" else f" [{name}]"
             out.append(Configuration(f"unified arena{pol}{tag}", "unified", name, swa_ratio=r))
     out.append(Configuration("vLLM-style pool", "vllm"))
@@ -178,14 +184,15 @@ class Report:
 
 def simulate(w: Workload, capacity: int, budget: str, page_size: int = 64, seed: int = 0, scale: float = 1.0,
              sweep: bool = False, plots: bool = False, check_every: int = 0,
-             progress: Callable[[str, int, int, int, int], None] | None = None) -> Report:
+             progress: Callable[[str, int, int, int, int], None] | None = None,
+             policies: tuple[str, ...] = DEFAULT_POLICIES) -> Report:
     context = w.max_context()
     cost = CostModel(preset(w.model))
     engine = SchedulerModel(**{**ENGINE.__dict__, "check_every": check_every,
                                "stall_steps": max(50_000, 4 * context)})
     outcomes = []
     vllm_info: dict[str, object] = {}
-    for c in configurations(w, sweep):
+    for c in configurations(w, sweep, policies):
         alloc = c.build(w.model, capacity, page_size, context)
         if isinstance(alloc, VllmPool):
             g = alloc.geometry
@@ -386,6 +393,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--plots", nargs="?", const="kvarena-plots", metavar="DIR",
                    help="write PNGs there (default ./kvarena-plots); needs matplotlib")
     p.add_argument("--ratio-sweep", action="store_true", help="also run split pools at a sweep of ratios")
+    p.add_argument("--policies", default="default",
+                   help="unified-arena admission policies to compare, each its own column: 'default' (the spec's "
+                        f"ladder), 'all', or a comma list of {', '.join(UNIFIED_POLICIES)}")
     p.add_argument("--mem-fraction", type=float, default=0.9, help="share of the H200 the engine claims (0.9)")
     p.add_argument("--capacity-gib", type=float, help="KV bytes in GiB, instead of the H200 arithmetic")
     p.add_argument("--page-size", type=int, default=64, help="tokens per page (default 64)")
@@ -426,6 +436,10 @@ def main(args: argparse.Namespace) -> int:
         if args.plots:
             from kvarena import plots  # fail before simulating if matplotlib is missing
         reports = []
+        policies = tuple(UNIFIED_POLICIES) if args.policies == "all" else tuple(args.policies.split(","))
+        unknown = [p for p in policies if p not in UNIFIED_POLICIES]
+        if unknown:
+            raise ConfigError(f"unknown policy {unknown}; choose from {', '.join(UNIFIED_POLICIES)} or 'all'")
         for i, w in enumerate(loads):
             if args.capacity_gib is not None:
                 capacity, budget = int(args.capacity_gib * GiB), f"--capacity-gib {args.capacity_gib:g}"
@@ -433,7 +447,7 @@ def main(args: argparse.Namespace) -> int:
                 capacity, budget = kv_budget(w.model, args.mem_fraction)
             bar = None if args.quiet else ProgressBar(f"[{i + 1}/{len(loads)} {w.name}] ")
             rep = simulate(w, capacity, budget, args.page_size, args.seed, args.scale, args.ratio_sweep,
-                           bool(args.plots), args.check_every, bar)
+                           bool(args.plots), args.check_every, bar, policies)
             reports.append(rep)
             if not args.json:
                 if i == 0:

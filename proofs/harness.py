@@ -37,9 +37,10 @@ INIT = "init"
 # The witness instance: toy-tri with page_size 4 and an 8-token context (the replay builds this arena).
 WITNESS_CONFIG = {"capacity": 2048, "page_size": 4, "max_context_len": 8, "model": "toy-tri",
                   "P": (64, 512, 256), "TOP": 8, "NE": (1, 4, 4), "NR": (2, 4, 4), "D": (1, 2, 2), "Q": 1}
-WITNESS_DOMAIN = {"band": range(3), "slot": range(13), "vid": range(11), "owner": range(3), "user": range(3),
+WITNESS_DOMAIN = {"band": range(3), "slot": range(10), "vid": range(8), "owner": range(3), "user": range(3),
                   "entry": range(5), "row": range(5)}
-WITNESS_BOUND = ("witnesses: toy-tri, capacity 2048 B, page_size 4; slots < 13, vids < 11, 3 owners, 3 users, "
+PROOF_BOUND = "chain of 3 bands (one float)"
+WITNESS_BOUND = ("witnesses: toy-tri, capacity 2048 B, page_size 4; slots < 10, vids < 8, 3 owners, 3 users, "
                  "entries and rows < 5")
 
 
@@ -158,9 +159,10 @@ def ground(e: z3.ExprRef, domain: dict[str, range] = WITNESS_DOMAIN) -> z3.ExprR
 
 
 def pin_config(c: M.Config, w: dict = WITNESS_CONFIG) -> z3.BoolRef:
-    return z3.And(c.C == w["capacity"], c.TOP == w["TOP"], c.Q == w["Q"],
-                  *[c.P[b] == w["P"][b] for b in M.BANDS], *[c.NE[b] == w["NE"][b] for b in M.BANDS],
-                  *[c.NR[b] == w["NR"][b] for b in M.BANDS], *[c.D[b] == w["D"][b] for b in M.BANDS])
+    pairs = [(c.C, w["capacity"]), (c.TOP, w["TOP"]), (c.Q, w["Q"])]
+    for key in ("P", "NE", "NR", "D"):
+        pairs += list(zip(getattr(c, key), w[key]))
+    return z3.And(*[term == value for term, value in pairs])
 
 
 def in_domain(st: M.State, args: dict, domain: dict[str, range] = WITNESS_DOMAIN) -> z3.BoolRef:
@@ -174,13 +176,24 @@ def in_domain(st: M.State, args: dict, domain: dict[str, range] = WITNESS_DOMAIN
             z3.ForAll([M.qv], z3.Implies(st.bound[M.qv], z3.And(st.vslot[M.qv] >= slots.start,
                                                                 st.vslot[M.qv] < slots.stop)))]
     roles = {"o": "owner", "u": "user", "v": "vid", "e": "entry", "r": "row", "e0": "entry", "r0": "row",
-             "src": "slot", "dst": "slot", "s": "slot", "t": "slot", "t_end": "slot", "b": "band"}
+             "src": "slot", "dst": "slot", "s": "slot", "t": "slot", "t_end": "slot", "b": "band",
+             "other": "owner", "user": "user"}
     for name, a in args.items():
         if name in roles and z3.is_int(a):
             rng = domain[roles[name]]
             top = rng.stop if name == "t_end" else rng.stop - 1
             out.append(z3.And(a >= rng.start, a <= top))
     return z3.And(*out)
+
+
+def witness_state(tag: str, domain: dict[str, range] = WITNESS_DOMAIN) -> M.State:
+    """A symbolic state whose owners and users lie in the witness domain by definition, so that no witness (a
+    ghost's value, another owner, another user) can point outside what the replay rebuilds."""
+    st = M.state(tag)
+    o, u = M.qo, M.qu
+    own, use = domain["owner"], domain["user"]
+    return st.update(owner=z3.Lambda([o], z3.And(o >= own.start, o < own.stop, st.owner[o])),
+                     user=z3.Lambda([u], z3.And(u >= use.start, u < use.stop, st.user[u])))
 
 
 def settled(st: M.State) -> z3.BoolRef:
@@ -244,8 +257,27 @@ def prove_transition(tr: T.Transition, invs: Iterable[str], timeout_ms: int) -> 
         for inv in out:
             for k in M.conjuncts(inv):
                 status, dt, why = _prove(c, [M.config_ok(c), inv_pre, st.guard], k.formula(c, st.post), timeout_ms)
+                if status != "unsat":  # a counterexample is easier to find (and to read) in the witness instance
+                    found, dt2 = find_cti(tr, st.case, k, timeout_ms)
+                    if found:
+                        status, why = "sat", f"counterexample to induction in the witness instance ({why or 'sat'})"
+                    dt += dt2
                 out[inv].append(Query(st.case, k.name, status, dt, why))
     return out
+
+
+def find_cti(tr: T.Transition, case: str, k: M.Conjunct, timeout_ms: int) -> tuple[bool, float]:
+    """``Inv ∧ T ∧ ¬conjunct'`` in the finite witness instance: sat is a definite counterexample to induction."""
+    c, pre = M.config("cti"), witness_state("ctipre")
+    t0 = time.perf_counter()
+    for st in tr.build(c, pre, tr.name):
+        if st.case != case:
+            continue
+        s = _witness_solver(c, timeout_ms)
+        s.add(*[ground(p) for p in (M.invariant(c, pre), st.guard, in_domain(pre, st.args),
+                                    z3.Not(k.formula(c, st.post)))])
+        return s.check() == z3.sat, time.perf_counter() - t0
+    return False, time.perf_counter() - t0
 
 
 def prove_init(invs: Iterable[str], timeout_ms: int) -> dict[str, list[Query]]:
@@ -282,7 +314,7 @@ def find_witnesses(tr: T.Transition, timeout_ms: int, mutant: str | None = None,
     """Non-vacuity (``mutant`` None: a live page before and after the step) or a mutant's counterexample
     (``breaks``: a main conjunct of that ID fails after the step), per case in the witness instance.
     Returns the per-case statuses and the witnesses (the first one only, unless ``every_case``)."""
-    c, pre = M.config("wc"), M.state("wpre")
+    c, pre = M.config("wc"), witness_state("wpre")
     tried: list[tuple[str, str, float]] = []
     found: list[Witness] = []
     for st in tr.build(c, pre, tr.name, mutant):
@@ -306,7 +338,7 @@ def find_witnesses(tr: T.Transition, timeout_ms: int, mutant: str | None = None,
 
 
 def find_init_witness(mutant: str, breaks: str, timeout_ms: int) -> tuple[str, float, Witness | None]:
-    c, pre = M.config("wc"), M.state("winit")
+    c, pre = M.config("wc"), witness_state("winit")
     s = z3.Solver()
     s.set(timeout=timeout_ms)
     w = WITNESS_CONFIG
@@ -324,20 +356,41 @@ def find_init_witness(mutant: str, breaks: str, timeout_ms: int) -> tuple[str, f
 
 
 def run(invs: Iterable[str] | None = None, transitions: Iterable[str] | None = None,
-        timeout_ms: int = DEFAULT_TIMEOUT_MS, replay: bool = True) -> list[Obligation]:
-    """Every obligation for the selected IDs and transitions, with non-vacuity, mutants and replays."""
-    from kvarena.proofs import replay as R
+        timeout_ms: int = DEFAULT_TIMEOUT_MS, replay: bool = True, jobs: int = 1) -> list[Obligation]:
+    """Every obligation for the selected IDs and transitions, with non-vacuity, mutants and replays; the
+    transitions are shared out over ``jobs`` processes."""
     from kvarena.reference.invariants import INVARIANTS
 
     invs = list(invs or INVARIANTS)
+    unknown = set(invs) - set(INVARIANTS)
+    if unknown:
+        raise KeyError(f"unknown invariant IDs {sorted(unknown)}; use {list(INVARIANTS)}")
     names = list(transitions or [INIT, *[t.name for t in T.TRANSITIONS]])
+    bad = set(names) - {INIT, *T.BY_NAME}
+    if bad:
+        raise KeyError(f"unknown transitions {sorted(bad)}; use {[INIT, *T.BY_NAME]}")
+    order = [n for n in [INIT, *T.BY_NAME] if n in names]
+    tasks = [(n, invs, timeout_ms, replay) for n in order]
+    if jobs > 1 and len(tasks) > 1:
+        import multiprocessing as mp
+
+        with mp.get_context("fork").Pool(min(jobs, len(tasks))) as pool:
+            parts = pool.starmap(_run_one, tasks, chunksize=1)
+    else:
+        parts = [_run_one(*task) for task in tasks]
+    return [ob for part in parts for ob in part]
+
+
+def _run_one(name: str, invs: list[str], timeout_ms: int, replay: bool) -> list[Obligation]:
+    from kvarena.proofs import replay as R
+
     results: list[Obligation] = []
-    if INIT in names:
+    if name == INIT:
         t0 = time.perf_counter()
         proofs = prove_init(invs, timeout_ms)
         per = (time.perf_counter() - t0) / max(1, len(invs))
         for inv in invs:
-            ob = Obligation(inv, INIT, proofs[inv], seconds=per)
+            ob = Obligation(inv, INIT, proofs[inv], seconds=per, bound=PROOF_BOUND)
             muts = [m for m in T.INIT_MUTANTS if inv in m.breaks]
             for m in muts:
                 status, dt, wit = find_init_witness(m.name, inv, timeout_ms)
@@ -347,37 +400,35 @@ def run(invs: Iterable[str] | None = None, transitions: Iterable[str] | None = N
                                 "planted bugs are init-skips-floor and init-high-unanchored")
             ob.seconds += sum(m.seconds for m in ob.mutants)
             results.append(ob)
-    for tr in T.TRANSITIONS:
-        if tr.name not in names:
-            continue
-        t0 = time.perf_counter()
-        proofs = prove_transition(tr, invs, timeout_ms)
-        per = (time.perf_counter() - t0) / max(1, len(invs))
-        t1 = time.perf_counter()
-        tried, wits = find_witnesses(tr, timeout_ms, every_case=True)
-        vac = _nonvacuity(tried, wits, replay, R)
-        vac_time = time.perf_counter() - t1
-        writes = writes_of(tr)
-        for inv in invs:
-            ob = Obligation(inv, tr.name, proofs[inv], nonvacuity=vac, seconds=per + vac_time / len(invs))
-            muts = [m for m in T.MUTANTS if m.transition == tr.name and inv in m.breaks]
-            for m in muts:
-                t2 = time.perf_counter()
-                tried_m, found_m = find_witnesses(tr, timeout_ms, m.name, inv)
-                wit_m = found_m[0] if found_m else None
-                status = "sat" if wit_m else "; ".join(f"{cs}: {st}" for cs, st, _ in tried_m)
-                case = wit_m.step.case if wit_m and wit_m.step else ""
-                ob.mutants.append(_replayed(m, inv, status, case, time.perf_counter() - t2, wit_m, replay, R))
-            if not muts:
-                touched = writes & reads_of(inv)
-                if not touched:
-                    ob.no_mutant = (f"frame: {tr.name} writes {sorted(writes) or 'nothing'}, none of which "
-                                    f"{inv} reads")
-                else:
-                    ob.no_mutant = T.NO_MUTANT.get((tr.name, inv), "")
-            ob.seconds += sum(m.seconds for m in ob.mutants)
-            ob.bound = ""
-            results.append(ob)
+        return results
+    tr = T.BY_NAME[name]
+    t0 = time.perf_counter()
+    proofs = prove_transition(tr, invs, timeout_ms)
+    per = (time.perf_counter() - t0) / max(1, len(invs))
+    t1 = time.perf_counter()
+    tried, wits = find_witnesses(tr, timeout_ms, every_case=True)
+    vac = _nonvacuity(tried, wits, replay, R)
+    vac_time = time.perf_counter() - t1
+    writes = writes_of(tr)
+    for inv in invs:
+        ob = Obligation(inv, tr.name, proofs[inv], nonvacuity=vac, seconds=per + vac_time / len(invs),
+                        bound=PROOF_BOUND)
+        muts = [m for m in T.MUTANTS if m.transition == tr.name and inv in m.breaks]
+        for m in muts:
+            t2 = time.perf_counter()
+            tried_m, found_m = find_witnesses(tr, timeout_ms, m.name, inv)
+            wit_m = found_m[0] if found_m else None
+            status = "sat" if wit_m else "; ".join(f"{cs}: {st}" for cs, st, _ in tried_m)
+            case = wit_m.step.case if wit_m and wit_m.step else ""
+            ob.mutants.append(_replayed(m, inv, status, case, time.perf_counter() - t2, wit_m, replay, R))
+        if not muts:
+            touched = writes & reads_of(inv)
+            if not touched:
+                ob.no_mutant = f"frame: {tr.name} writes {sorted(writes) or 'nothing'}, none of which {inv} reads"
+            else:
+                ob.no_mutant = T.NO_MUTANT.get((tr.name, inv), "")
+        ob.seconds += sum(m.seconds for m in ob.mutants)
+        results.append(ob)
     return results
 
 

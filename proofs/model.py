@@ -3,18 +3,16 @@
 One Z3 term per field of the reference's state, named after it, so the model and ``reference/arena.py`` can
 be read side by side:
 
-| model field | reference | sort |
-|---|---|---|
-| ``lo[b]``, ``hi[b]`` | ``Band.lo``, ``Band.hi`` | Int, one per band (``LOW``, ``FLOAT``, ``HIGH``) |
-| ``live[b, s]``, ``p2v[b, s]`` | ``slot in Band.live``, ``Band.live[slot]`` (the p->v map) | (Int, Int) -> Bool / Int |
-| ``holes[b, s]``, ``withheld[b, s]`` | ``Band.holes``, ``Band.withheld`` | (Int, Int) -> Bool |
-| ``bound[v]``, ``vband[v]``, ``vslot[v]`` | ``vid in Arena.v2p``, ``Arena.v2p[vid]`` | Int -> Bool / Int |
-| ``gen[v]``, ``next_gen`` | ``Arena.gen``, ``Arena._next_gen`` | Int -> Int, Int |
-| ``free[v]``, ``next_vid`` | ``vid in Arena._free_vids``, ``Arena._next_vid`` | Int -> Bool, Int |
-| ``owner[o]``, ``held[o, v]`` | ``o in Arena.owners``, ``v in owners[o][cls]`` | Int -> Bool, (Int, Int) -> Bool |
-| ``user[u]``, ``writes[u]`` | ``u in Arena.users``, ``users[u].mode is WRITE`` | Int -> Bool |
-| ``holds[u, b, s]``, ``hold_vid``, ``hold_gen`` | ``Hold(cls, slot, vid, gen)`` in ``users[u].holds`` | (Int, Int, Int) -> Bool / Int |
-| ``content[b, s, e, r]`` | ``(e, r) in Arena.content[(cls, slot)]`` | (Int, Int, Int, Int) -> Bool |
+- ``lo[b]``, ``hi[b]``: ``Band.lo``, ``Band.hi``, one Int per band (``LOW``, ``FLOAT``, ``HIGH``);
+- ``live[b, s]``, ``p2v[b, s]``: ``slot in Band.live``, ``Band.live[slot]`` (the p->v map);
+- ``holes[b, s]``, ``withheld[b, s]``: ``Band.holes``, ``Band.withheld``;
+- ``bound[v]``, ``vband[v]``, ``vslot[v]``: ``vid in Arena.v2p``, ``Arena.v2p[vid]``;
+- ``gen[v]``, ``next_gen``: ``Arena.gen``, ``Arena._next_gen``;
+- ``free[v]``, ``next_vid``: ``vid in Arena._free_vids``, ``Arena._next_vid``;
+- ``owner[o]``, ``held[o, v]``: ``o in Arena.owners``, ``v in Arena.owners[o][cls]``;
+- ``user[u]``, ``writes[u]``: ``u in Arena.users``, ``Arena.users[u].mode is Mode.WRITE``;
+- ``holds[u, b, s]``, ``hold_vid[u, b, s]``, ``hold_gen[u, b, s]``: a ``Hold(cls, slot, vid, gen)`` of user ``u``;
+- ``content[b, s, e, r]``: ``(e, r) in Arena.content[(cls, slot)]``.
 
 Slots, virtual ids, owners and users are unbounded integers. The model fixes the chain to three bands
 (``LOW | FLOAT | HIGH``, the tri-pool shape; a two-band chain is the case where the float is never used);
@@ -22,9 +20,15 @@ that is the one structural bound, stated in spec/arena.md §Proofs.
 
 The reference's counters are *derived* in the model: ``refs[v]`` is the number of owners holding ``v`` and
 ``readers`` / ``writers`` count users, so the model keeps the owners and users themselves and reads "has a
-user", "has a writer" and "has another owner" as existentials over them. The reference's conjuncts that
-compare a counter with its recount ("reference counts equal the number of owners", "use counts drifted")
-are therefore definitional here; see ``DEFINITIONAL``.
+user" and "has a writer" as quantified formulas over them. The reference's conjuncts that compare a counter
+with its recount ("reference counts equal the number of owners", "use counts drifted") are therefore
+definitional here; see ``DEFINITIONAL``.
+
+Every conjunct is universally quantified. The two that say "there is one" (no bound page is ownerless; every
+withheld slot has a user) are Skolemized: the ghost fields ``owner_of[v]`` and ``holder[b, s]`` name that owner
+and that user, and each transition that could take the witness away names a new one (a transition argument
+constrained by its guard). With an existential left in, Z3 answered ``unknown`` on some obligations; without,
+each query takes milliseconds. The ghosts have no counterpart in the reference and the replay ignores them.
 """
 
 from __future__ import annotations
@@ -38,8 +42,8 @@ LOW, FLOAT, HIGH = 0, 1, 2
 BANDS = (LOW, FLOAT, HIGH)
 BAND_NAMES = {LOW: "low", FLOAT: "float", HIGH: "high"}
 
-I = z3.IntSort()
-B = z3.BoolSort()
+INT = z3.IntSort()
+BOOL = z3.BoolSort()
 
 # Bound variables are named ``role#tag``: the role (what the integer indexes) lets the witness search of the
 # harness instantiate a quantifier over a finite domain of that role (spec/arena.md §Proofs, "Witnesses").
@@ -81,7 +85,7 @@ def config_ok(c: Config) -> z3.BoolRef:
     """What ArenaConfig.validate and the layouts guarantee (page bytes > 0, top = capacity // P_high)."""
     return z3.And(c.C > 0, *[p > 0 for p in c.P], *[n >= 1 for n in c.NE], *[n >= 1 for n in c.NR],
                   *[d >= 0 for d in c.D],
-                  c.TOP * c.P[HIGH] <= c.C, c.C < (c.TOP + 1) * c.P[HIGH],
+                  c.TOP * c.P[HIGH] <= c.C, (c.TOP + 1) * c.P[HIGH] > c.C,
                   (c.Q - 1) * c.P[FLOAT] < c.D[LOW] * c.P[LOW], c.D[LOW] * c.P[LOW] <= c.Q * c.P[FLOAT])
 
 
@@ -147,11 +151,12 @@ class State:
 FIELDS = tuple(f.name for f in fields(State))
 
 _SORTS = {
-    "live": (I, I, B), "p2v": (I, I, I), "holes": (I, I, B), "withheld": (I, I, B),
-    "bound": (I, B), "vband": (I, I), "vslot": (I, I), "gen": (I, I), "free": (I, B),
-    "owner": (I, B), "held": (I, I, B), "user": (I, B), "writes": (I, B),
-    "holds": (I, I, I, B), "hold_vid": (I, I, I, I), "hold_gen": (I, I, I, I), "content": (I, I, I, I, B),
-    "owner_of": (I, I), "holder": (I, I, I),
+    "live": (INT, INT, BOOL), "p2v": (INT, INT, INT), "holes": (INT, INT, BOOL), "withheld": (INT, INT, BOOL),
+    "bound": (INT, BOOL), "vband": (INT, INT), "vslot": (INT, INT), "gen": (INT, INT), "free": (INT, BOOL),
+    "owner": (INT, BOOL), "held": (INT, INT, BOOL), "user": (INT, BOOL), "writes": (INT, BOOL),
+    "holds": (INT, INT, INT, BOOL), "hold_vid": (INT, INT, INT, INT), "hold_gen": (INT, INT, INT, INT),
+    "content": (INT, INT, INT, INT, BOOL),
+    "owner_of": (INT, INT), "holder": (INT, INT, INT),
 }
 
 
@@ -222,12 +227,6 @@ def has_writer(st: State, b, s) -> z3.BoolRef:
     return z3.Exists([u], z3.And(st.user[u], st.writes[u], st.holds[u, b, s]))
 
 
-def other_owner(st: State, o, v) -> z3.BoolRef:
-    """``refs[v] > 1`` when ``o`` holds ``v``: another owner holds it too."""
-    o2 = bvar("owner", "other")
-    return z3.Exists([o2], z3.And(o2 != o, st.owner[o2], st.held[o2, v]))
-
-
 # ---------------------------------------------------------------------------------------------
 # Invariant conjuncts
 
@@ -246,22 +245,22 @@ class Conjunct:
         return f"{self.inv}/{self.name}"
 
 
-def _partition(c: Config, st: State) -> z3.BoolRef:
+def partition(c: Config, st: State) -> z3.BoolRef:
     lv, hl, wh = st.live[qb, qs], st.holes[qb, qs], st.withheld[qb, qs]
     return z3.ForAll([qb, qs], z3.And(z3.Not(z3.And(lv, hl)), z3.Not(z3.And(lv, wh)), z3.Not(z3.And(hl, wh))))
 
 
-def _span_covers(c: Config, st: State) -> z3.BoolRef:
+def span_covers(c: Config, st: State) -> z3.BoolRef:
     state_ = z3.Or(st.live[qb, qs], st.holes[qb, qs], st.withheld[qb, qs])
     return z3.ForAll([qb, qs], z3.And(z3.Implies(is_band(qb), in_span(st, qb, qs) == state_),
                                       z3.Implies(z3.Not(is_band(qb)), z3.Not(state_))))
 
 
-def _in_arena(c: Config, st: State) -> z3.BoolRef:
-    return z3.And(*[z3.And(0 <= st.lo[b], st.lo[b] <= st.hi[b], hi_byte(c, st, b) <= c.C) for b in BANDS])
+def in_arena(c: Config, st: State) -> z3.BoolRef:
+    return z3.And(*[z3.And(st.lo[b] >= 0, st.lo[b] <= st.hi[b], hi_byte(c, st, b) <= c.C) for b in BANDS])
 
 
-def _disjoint(c: Config, st: State) -> z3.BoolRef:
+def disjoint(c: Config, st: State) -> z3.BoolRef:
     out = []
     for b1, b2 in ((LOW, FLOAT), (LOW, HIGH), (FLOAT, HIGH)):
         both = z3.And(st.lo[b1] < st.hi[b1], st.lo[b2] < st.hi[b2])
@@ -270,11 +269,11 @@ def _disjoint(c: Config, st: State) -> z3.BoolRef:
     return z3.And(*out)
 
 
-def _anchors(c: Config, st: State) -> z3.BoolRef:
+def anchors(c: Config, st: State) -> z3.BoolRef:
     return z3.And(st.lo[LOW] == 0, st.hi[HIGH] == c.TOP)
 
 
-def _chain_order(c: Config, st: State) -> z3.BoolRef:
+def chain_order(c: Config, st: State) -> z3.BoolRef:
     return z3.And(hi_byte(c, st, LOW) <= lo_byte(c, st, HIGH),
                   z3.Implies(float_present(st), z3.And(hi_byte(c, st, LOW) <= lo_byte(c, st, FLOAT),
                                                        hi_byte(c, st, FLOAT) <= lo_byte(c, st, HIGH))))
@@ -286,27 +285,27 @@ def _hold_ok(st: State, u, b, s) -> z3.BoolRef:
     return z3.Or(same, st.withheld[b, s])
 
 
-def _same_or_withheld(c: Config, st: State) -> z3.BoolRef:
+def same_or_withheld(c: Config, st: State) -> z3.BoolRef:
     return z3.ForAll([qu, qb, qs], z3.Implies(z3.And(st.user[qu], st.holds[qu, qb, qs]), _hold_ok(st, qu, qb, qs)))
 
 
-def _writer_unmoved(c: Config, st: State) -> z3.BoolRef:
+def writer_unmoved(c: Config, st: State) -> z3.BoolRef:
     v = st.hold_vid[qu, qb, qs]
     current = z3.And(st.bound[v], st.gen[v] == st.hold_gen[qu, qb, qs])
     return z3.ForAll([qu, qb, qs], z3.Implies(z3.And(st.user[qu], st.writes[qu], st.holds[qu, qb, qs], current),
                                               z3.And(st.vband[v] == qb, st.vslot[v] == qs)))
 
 
-def _withheld_has_user(c: Config, st: State) -> z3.BoolRef:
+def withheld_has_user(c: Config, st: State) -> z3.BoolRef:
     u = st.holder[qb, qs]  # Skolemized: "some live user holds it" names that user
     return z3.ForAll([qb, qs], z3.Implies(st.withheld[qb, qs], z3.And(st.user[u], st.holds[u, qb, qs])))
 
 
-def _hole_has_no_user(c: Config, st: State) -> z3.BoolRef:
+def hole_has_no_user(c: Config, st: State) -> z3.BoolRef:
     return z3.ForAll([qu, qb, qs], z3.Implies(z3.And(st.holes[qb, qs], st.user[qu]), z3.Not(st.holds[qu, qb, qs])))
 
 
-def _serials_issued(c: Config, st: State) -> z3.BoolRef:
+def serials_issued(c: Config, st: State) -> z3.BoolRef:
     return z3.And(
         st.next_gen >= 0,
         z3.ForAll([qv], z3.Implies(st.bound[qv], st.gen[qv] < st.next_gen)),
@@ -314,46 +313,46 @@ def _serials_issued(c: Config, st: State) -> z3.BoolRef:
                                            st.hold_gen[qu, qb, qs] < st.next_gen)))
 
 
-def _rows_at_live(c: Config, st: State) -> z3.BoolRef:
+def rows_at_live(c: Config, st: State) -> z3.BoolRef:
     return z3.ForAll([qb, qs, qe, qr], z3.Implies(st.content[qb, qs, qe, qr], st.live[qb, qs]))
 
 
-def _rows_in_layout(c: Config, st: State) -> z3.BoolRef:
+def rows_in_layout(c: Config, st: State) -> z3.BoolRef:
     return z3.ForAll([qb, qs, qe, qr], z3.Implies(
         st.content[qb, qs, qe, qr],
-        z3.And(is_band(qb), 0 <= qe, qe < pick(qb, c.NE), 0 <= qr, qr < pick(qb, c.NR))))
+        z3.And(is_band(qb), qe >= 0, qe < pick(qb, c.NE), qr >= 0, qr < pick(qb, c.NR))))
 
 
-def _p2v_inverse(c: Config, st: State) -> z3.BoolRef:
+def p2v_inverse(c: Config, st: State) -> z3.BoolRef:
     v = st.p2v[qb, qs]
     return z3.ForAll([qb, qs], z3.Implies(st.live[qb, qs],
                                           z3.And(st.bound[v], st.vband[v] == qb, st.vslot[v] == qs)))
 
 
-def _v2p_inverse(c: Config, st: State) -> z3.BoolRef:
+def v2p_inverse(c: Config, st: State) -> z3.BoolRef:
     b, s = st.vband[qv], st.vslot[qv]
     return z3.ForAll([qv], z3.Implies(st.bound[qv], z3.And(is_band(b), st.live[b, s], st.p2v[b, s] == qv)))
 
 
-def _owned_bound(c: Config, st: State) -> z3.BoolRef:
+def owned_bound(c: Config, st: State) -> z3.BoolRef:
     return z3.ForAll([qo, qv], z3.Implies(st.held[qo, qv], z3.And(st.owner[qo], st.bound[qv])))
 
 
-def _no_leak(c: Config, st: State) -> z3.BoolRef:
+def no_leak(c: Config, st: State) -> z3.BoolRef:
     o = st.owner_of[qv]  # Skolemized: "some owner holds it" names that owner
     return z3.ForAll([qv], z3.Implies(st.bound[qv], z3.And(st.owner[o], st.held[o, qv])))
 
 
-def _free_unbound(c: Config, st: State) -> z3.BoolRef:
+def free_unbound(c: Config, st: State) -> z3.BoolRef:
     return z3.ForAll([qv], z3.Implies(st.free[qv], z3.Not(st.bound[qv])))
 
 
-def _ids_issued(c: Config, st: State) -> z3.BoolRef:
+def ids_issued(c: Config, st: State) -> z3.BoolRef:
     return z3.And(st.next_vid >= 0, z3.ForAll([qv], z3.Implies(z3.Or(st.bound[qv], st.free[qv]),
-                                                               z3.And(0 <= qv, qv < st.next_vid))))
+                                                               z3.And(qv >= 0, qv < st.next_vid))))
 
 
-def _census(c: Config, st: State) -> z3.BoolRef:
+def census(c: Config, st: State) -> z3.BoolRef:
     lv, hl, wh = st.live[qb, qs], st.holes[qb, qs], st.withheld[qb, qs]
     one = z3.Or(z3.And(lv, z3.Not(hl), z3.Not(wh)), z3.And(hl, z3.Not(lv), z3.Not(wh)),
                 z3.And(wh, z3.Not(lv), z3.Not(hl)))
@@ -361,7 +360,7 @@ def _census(c: Config, st: State) -> z3.BoolRef:
     return z3.ForAll([qb, qs], z3.If(z3.And(is_band(qb), in_span(st, qb, qs)), one, none))
 
 
-def _terms_nonnegative(c: Config, st: State) -> z3.BoolRef:
+def terms_nonnegative(c: Config, st: State) -> z3.BoolRef:
     low_pad = lo_byte(c, st, LOW)
     top_pad = c.C - hi_byte(c, st, HIGH)
     gaps = z3.If(float_present(st),
@@ -371,7 +370,7 @@ def _terms_nonnegative(c: Config, st: State) -> z3.BoolRef:
     return z3.And(low_pad >= 0, top_pad >= 0, gaps, *[st.hi[b] >= st.lo[b] for b in BANDS])
 
 
-def _sum(c: Config, st: State) -> z3.BoolRef:
+def capacity_sum(c: Config, st: State) -> z3.BoolRef:
     span = [(st.hi[b] - st.lo[b]) * c.P[b] for b in BANDS]
     gaps = z3.If(float_present(st),
                  lo_byte(c, st, FLOAT) - hi_byte(c, st, LOW) + lo_byte(c, st, HIGH) - hi_byte(c, st, FLOAT),
@@ -381,7 +380,7 @@ def _sum(c: Config, st: State) -> z3.BoolRef:
     return total == c.C
 
 
-def _floor(c: Config, st: State) -> z3.BoolRef:
+def feasibility_floor(c: Config, st: State) -> z3.BoolRef:
     return floor_ok(c)
 
 
@@ -391,49 +390,49 @@ LEDGER = frozenset({"user", "writes", "holds", "hold_vid", "hold_gen"})
 VMAP = frozenset({"bound", "vband", "vslot"})
 
 CONJUNCTS: tuple[Conjunct, ...] = (
-    Conjunct("INV-NO-OVERLAP", "partition", SLOTS, _partition,
+    Conjunct("INV-NO-OVERLAP", "partition", SLOTS, partition,
              mirrors="no slot is in two of live / hole / withheld"),
-    Conjunct("INV-NO-OVERLAP", "span-covers", GEOM | SLOTS, _span_covers,
+    Conjunct("INV-NO-OVERLAP", "span-covers", GEOM | SLOTS, span_covers,
              mirrors="live | holes | withheld == range(lo, hi) for each band"),
-    Conjunct("INV-NO-OVERLAP", "in-arena", GEOM, _in_arena, mirrors="0 <= lo <= hi and hi_byte <= capacity"),
-    Conjunct("INV-NO-OVERLAP", "disjoint", GEOM, _disjoint, mirrors="non-empty extents pairwise disjoint in bytes"),
-    Conjunct("INV-BAND-ORDER", "anchors", GEOM, _anchors, mirrors="low.lo == 0 and high.hi == high.top"),
-    Conjunct("INV-BAND-ORDER", "chain-order", GEOM, _chain_order,
+    Conjunct("INV-NO-OVERLAP", "in-arena", GEOM, in_arena, mirrors="0 <= lo <= hi and hi_byte <= capacity"),
+    Conjunct("INV-NO-OVERLAP", "disjoint", GEOM, disjoint, mirrors="non-empty extents pairwise disjoint in bytes"),
+    Conjunct("INV-BAND-ORDER", "anchors", GEOM, anchors, mirrors="low.lo == 0 and high.hi == high.top"),
+    Conjunct("INV-BAND-ORDER", "chain-order", GEOM, chain_order,
              mirrors="present bands: below.hi_byte <= above.lo_byte"),
-    Conjunct("INV-LEDGER-SAFETY", "same-or-withheld", LEDGER | SLOTS | {"p2v", "bound", "gen"}, _same_or_withheld,
+    Conjunct("INV-LEDGER-SAFETY", "same-or-withheld", LEDGER | SLOTS | {"p2v", "bound", "gen"}, same_or_withheld,
              mirrors="each hold: same vid and serial at the slot, or the slot is withheld"),
-    Conjunct("INV-LEDGER-SAFETY", "writer-unmoved", LEDGER | VMAP | {"gen"}, _writer_unmoved,
+    Conjunct("INV-LEDGER-SAFETY", "writer-unmoved", LEDGER | VMAP | {"gen"}, writer_unmoved,
              mirrors="a page held by a writer (same allocation) is still where it was acquired"),
-    Conjunct("INV-LEDGER-SAFETY", "withheld-has-user", {"withheld", "user", "holds", "holder"}, _withheld_has_user,
+    Conjunct("INV-LEDGER-SAFETY", "withheld-has-user", {"withheld", "user", "holds", "holder"}, withheld_has_user,
              mirrors="every withheld slot has a user"),
-    Conjunct("INV-LEDGER-SAFETY", "hole-has-no-user", {"holes", "user", "holds"}, _hole_has_no_user,
+    Conjunct("INV-LEDGER-SAFETY", "hole-has-no-user", {"holes", "user", "holds"}, hole_has_no_user,
              mirrors="no hole has a user"),
     Conjunct("INV-LEDGER-SAFETY", "serials-issued", {"bound", "gen", "next_gen", "user", "holds", "hold_gen"},
-             _serials_issued, aux=True,
+             serials_issued, aux=True,
              mirrors="(aux) every serial in use was issued: gen < next_gen for bound ids and holds"),
-    Conjunct("INV-PAGE-ATOMIC", "rows-at-live", {"content", "live"}, _rows_at_live,
+    Conjunct("INV-PAGE-ATOMIC", "rows-at-live", {"content", "live"}, rows_at_live,
              mirrors="content only at live slots"),
-    Conjunct("INV-PAGE-ATOMIC", "rows-in-layout", {"content"}, _rows_in_layout,
+    Conjunct("INV-PAGE-ATOMIC", "rows-in-layout", {"content"}, rows_in_layout,
              mirrors="content only for entries < entries_per_page and rows < len(layout)"),
-    Conjunct("INV-VMAP-BIJECTIVE", "p2v-inverse", {"live", "p2v"} | VMAP, _p2v_inverse,
+    Conjunct("INV-VMAP-BIJECTIVE", "p2v-inverse", {"live", "p2v"} | VMAP, p2v_inverse,
              mirrors="p2v[(b, s)] = v implies v2p[v] = (b, s) (no stale map, no double binding)"),
-    Conjunct("INV-VMAP-BIJECTIVE", "v2p-inverse", {"live", "p2v"} | VMAP, _v2p_inverse,
+    Conjunct("INV-VMAP-BIJECTIVE", "v2p-inverse", {"live", "p2v"} | VMAP, v2p_inverse,
              mirrors="v2p[v] = (b, s) implies p2v[(b, s)] = v"),
-    Conjunct("INV-VMAP-BIJECTIVE", "owned-bound", {"owner", "held", "bound"}, _owned_bound,
+    Conjunct("INV-VMAP-BIJECTIVE", "owned-bound", {"owner", "held", "bound"}, owned_bound,
              mirrors="every page an owner holds is bound"),
-    Conjunct("INV-VMAP-BIJECTIVE", "no-leak", {"owner", "held", "bound", "owner_of"}, _no_leak,
+    Conjunct("INV-VMAP-BIJECTIVE", "no-leak", {"owner", "held", "bound", "owner_of"}, no_leak,
              mirrors="no bound page is ownerless"),
-    Conjunct("INV-VMAP-BIJECTIVE", "free-unbound", {"free", "bound"}, _free_unbound,
+    Conjunct("INV-VMAP-BIJECTIVE", "free-unbound", {"free", "bound"}, free_unbound,
              mirrors="no id is both free and bound"),
-    Conjunct("INV-VMAP-BIJECTIVE", "ids-issued", {"free", "bound", "next_vid"}, _ids_issued, aux=True,
+    Conjunct("INV-VMAP-BIJECTIVE", "ids-issued", {"free", "bound", "next_vid"}, ids_issued, aux=True,
              mirrors="(aux) bound and free ids are below next_vid"),
-    Conjunct("INV-BYTE-CONSERVATION", "census", GEOM | SLOTS, _census,
+    Conjunct("INV-BYTE-CONSERVATION", "census", GEOM | SLOTS, census,
              mirrors="live + withheld + holes counts the span exactly (each slot once, none outside)"),
-    Conjunct("INV-BYTE-CONSERVATION", "terms-nonnegative", GEOM, _terms_nonnegative,
+    Conjunct("INV-BYTE-CONSERVATION", "terms-nonnegative", GEOM, terms_nonnegative,
              mirrors="gaps, low and top padding are >= 0"),
-    Conjunct("INV-BYTE-CONSERVATION", "sum", GEOM, _sum,
+    Conjunct("INV-BYTE-CONSERVATION", "capacity-sum", GEOM, capacity_sum,
              mirrors="spans + gaps + padding = capacity (with the census: live + withheld + holes + ...)"),
-    Conjunct("INV-FEASIBILITY-FLOOR", "floor", frozenset(), _floor,
+    Conjunct("INV-FEASIBILITY-FLOOR", "floor", frozenset(), feasibility_floor,
              mirrors="place(worst_case_demand) fits the empty arena"),
 )
 

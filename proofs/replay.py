@@ -51,7 +51,8 @@ class ReplayMismatch(AssertionError):
 
 # One-snippet edits of the reference that plant a mutant's bug (module, original, replacement).
 EDITS: dict[str, tuple[str, str, str]] = {
-    "vacate-ignores-users": ("arena", "        if self._in_use((band.name, slot)):\n            band.withheld.add(slot)",
+    "vacate-ignores-users": ("arena",
+                             "        if self._in_use((band.name, slot)):\n            band.withheld.add(slot)",
                              "        if False:\n            band.withheld.add(slot)"),
     "free-while-shared": ("arena", "            if self.refs[v] == 0:\n                del self.refs[v]",
                           "            if True:\n                del self.refs[v]"),
@@ -61,7 +62,8 @@ EDITS: dict[str, tuple[str, str, str]] = {
                    "        del self.owners[owner]\n        return []"),
     "release-keeps-withheld": ("arena", "            if h.slot in band.withheld and not self._in_use(page):",
                                "            if False:"),
-    "release-loses-slot": ("arena", "                band.withheld.discard(h.slot)\n                band.holes.add(h.slot)",
+    "release-loses-slot": ("arena",
+                           "                band.withheld.discard(h.slot)\n                band.holes.add(h.slot)",
                            "                band.withheld.discard(h.slot)"),
     "write-unchecked-row": ("arena", "and 0 <= entry < n_entries and 0 <= row < n_rows)", ")"),
     "stale-v2p": ("arena", "self.v2p[vid] = (m.cls, m.dst)", "pass"),
@@ -69,9 +71,11 @@ EDITS: dict[str, tuple[str, str, str]] = {
                            "whole = self.content.get((m.cls, m.src))\n"
                            "        data = dict(list(whole.items())[:1]) if whole else None"),
     "move-to-gap": ("arena", "        band.holes.remove(m.dst)", "        band.holes.discard(m.dst)"),
-    "move-page-with-writer": ("arena", "pinned = [s for (c, s) in self.writers if c == band.name] + list(band.withheld)",
+    "move-page-with-writer": ("arena",
+                              "pinned = [s for (c, s) in self.writers if c == band.name] + list(band.withheld)",
                               "pinned = list(band.withheld)"),
-    "compact-loses-source": ("arena", "        else:\n            band.holes.add(slot)", "        else:\n            pass"),
+    "compact-loses-source": ("arena", "        else:\n            band.holes.add(slot)",
+                             "        else:\n            pass"),
     "relayout-loses-source": ("arena", "        else:\n            band.holes.add(slot)",
                               "        else:\n            pass"),
     "leak": ("arena", "        pages = self._apply(plan)\n        for c, vs in pages.items():",
@@ -358,7 +362,7 @@ def replay_mutant(w: Witness, m: T.Mutant, inv: str) -> str:
     except InvariantViolation as e:
         if e.inv != inv:
             raise ReplayMismatch(f"{m.name}: the reference reports {e.inv}, not {inv}: {e}") from e
-        how = EDITS.get(m.name) and "edited reference" or PLANNER.get(m.name) or MIRRORED.get(m.name, "")
+        how = (EDITS.get(m.name) and "edited reference") or PLANNER.get(m.name) or MIRRORED.get(m.name, "")
         return f"{e} [{how}]" if m.transition == "init" else f"{did} -> {e} [{how}]"
     raise ReplayMismatch(f"{m.name}: Z3 found a state where {inv} fails, but the reference's predicate accepts "
                          "the replayed state")

@@ -32,6 +32,7 @@ from kvarena.proofs.model import (
     LOW,
     Config,
     State,
+    bvar,
     float_present,
     floor_ok,
     has_writer,
@@ -44,7 +45,6 @@ from kvarena.proofs.model import (
     pick,
     qo,
     qv,
-    bvar,
 )
 
 TRUE = z3.BoolVal(True)
@@ -358,7 +358,7 @@ def write(c: Config, st: State, tag: str, mutant: str | None = None) -> list[Ste
     """``write(vid, entry, row, tag)``: a row of an entry of a bound page gets content."""
     v, e, r = _args(tag, "v e r")
     b, s = st.vband[v], st.vslot[v]
-    rng = z3.And(0 <= e, e < pick(b, c.NE), 0 <= r, r < pick(b, c.NR))
+    rng = z3.And(e >= 0, e < pick(b, c.NE), r >= 0, r < pick(b, c.NR))
     guard = z3.And(st.bound[v], rng if mutant != "write-unchecked-row" else TRUE)
     return [Step("write", "one row", guard, st.update(content=z3.Store(st.content, b, s, e, r, True)),
                  {"v": v, "e": e, "r": r})]

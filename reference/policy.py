@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
-from kvarena.reference.bands import BandView, Role
+from kvarena.reference.bands import Band, BandView
 from kvarena.reference.ladder import place
 from kvarena.spec.types import Plan, Rung
 
@@ -78,35 +78,37 @@ class EagerCompaction(Ladder):
 
 
 class BestFit(Ladder):
-    """Rung 1 fills holes from the smallest runs of holes first, keeping long runs whole.
+    """Rung 1 fills holes from the shortest runs of holes first, keeping long runs whole.
 
     A long run of holes at a band's far edge is what boundary absorption gives back to
-    the gap; filling short runs first keeps those runs intact.  Costs O(holes of the band)
-    per admission, where first-fit costs O(pages placed).
+    the gap; filling short runs first keeps those runs intact.  Bounded best fit: the
+    candidates are the ``4k + 64`` holes nearest the anchor for a demand of k pages, so
+    an admission costs O(k log k), not O(holes).
     """
 
     name = "best-fit"
 
     def plan(self, arena: Arena, demand: dict[str, int]) -> Plan:
-        views = [_best_fit_view(arena.bands[n]) for n in arena.order]
+        views = [_best_fit_view(arena.bands[n], demand.get(n, 0)) for n in arena.order]
         fit = place(views, demand, arena.hints)
         if fit.ok:
             return Plan(Rung.REUSE, placements={c: tuple(s) for c, s in fit.slots.items() if s})
         return arena.ladder(demand)
 
 
-def _best_fit_view(band) -> BandView:
-    holes = list(band.holes)
+def _best_fit_view(band: Band, k: int) -> BandView:
+    view = BandView.of(band)
+    if k == 0:
+        return view
+    candidates = band.first_holes(4 * k + 64)  # anchor order
     runs: list[list[int]] = []
-    for s in holes:
-        if runs and runs[-1][-1] == s - 1:
+    for s in candidates:
+        if runs and abs(runs[-1][-1] - s) == 1:
             runs[-1].append(s)
         else:
             runs.append([s])
-    far = (lambda r: -r[0]) if band.role is Role.HIGH else (lambda r: r[0])
-    order = [s for r in sorted(runs, key=lambda r: (len(r), far(r))) for s in r]
-    view = BandView.of(band)
-    view._first = lambda k: order[:max(0, k)]
+    order = [s for _, r in sorted(enumerate(runs), key=lambda ir: (len(ir[1]), ir[0])) for s in r]
+    view._first = lambda n: order[:max(0, n)]
     return view
 
 

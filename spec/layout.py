@@ -106,16 +106,32 @@ class EntryLayout:
         return self.entry_bytes - self.payload_bytes
 
 
+def pack_rows(sizes: list[int]) -> tuple[list[int], int]:
+    """Offsets of rows of ``sizes`` bytes packed in order, each aligned up to ``ROW_ALIGN``, and the entry's
+    bytes, aligned up to ``ENTRY_ALIGN``.
+
+    pre: all(n > 0 for n in sizes)
+    post: len(__return__[0]) == len(sizes)
+    post: all(o % ROW_ALIGN == 0 for o in __return__[0])
+    post: all(a + n <= b for a, n, b in zip(__return__[0], sizes, __return__[0][1:]))
+    post: __return__[1] % ENTRY_ALIGN == 0
+    post: not sizes or __return__[0][-1] + sizes[-1] <= __return__[1]
+    post: any(n % ROW_ALIGN for n in sizes) or __return__[1] - sum(sizes) <= ENTRY_ALIGN - ROW_ALIGN
+    """
+    offset = 0
+    offsets = []
+    for n in sizes:
+        offset = align_up(offset, ROW_ALIGN)
+        offsets.append(offset)
+        offset += n
+    return offsets, align_up(offset, ENTRY_ALIGN)
+
+
 def entry_layout(cls: StateClass) -> EntryLayout:
     """Pack the rows of ``cls`` in declaration order (the presets list them layer by layer,
     except Kimi-K3, whose DSA index rows follow all latent rows)."""
-    offset = 0
-    slots = []
-    for row in cls.rows:
-        offset = align_up(offset, ROW_ALIGN)
-        slots.append(RowSlot(row, offset))
-        offset += row.nbytes
-    return EntryLayout(cls, tuple(slots), align_up(offset, ENTRY_ALIGN))
+    offsets, entry_bytes = pack_rows([row.nbytes for row in cls.rows])
+    return EntryLayout(cls, tuple(RowSlot(row, o) for row, o in zip(cls.rows, offsets)), entry_bytes)
 
 
 def entries_per_page(cls: StateClass, page_size: int) -> int:

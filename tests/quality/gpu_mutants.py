@@ -1,0 +1,301 @@
+"""Planted bugs in gpu/: each is a textual change to one gpu module that a check must catch.
+
+Same rules as tests/quality/mutants.py: a mutant names its module, the exact original snippet (it must occur
+once, so a refactor that removes it fails loudly instead of silently retiring the mutant), the replacement and
+why it is a bug. Two things differ for gpu/:
+
+* Other gpu modules imported names from the mutated one (``from kvarena.gpu.kernels.move import move_pages``),
+  so :func:`applied` patches every such name, in every gpu module, with the mutant's object; the allocator that
+  ``kvarena.gpu.allocator:make`` builds then runs the mutated code.
+* Triton's interpreter re-reads a kernel's source (``inspect.getsourcelines``) when it first runs it, so the
+  mutated source is registered in ``linecache`` under a file name of its own: the interpreter runs the mutated
+  kernel, not the one in the file on disk at the same line numbers.
+
+How each mutant is killed:
+
+``lockstep``  ``run_lockstep(make, "exact", ci profile)`` must fail: on the ``"torch"`` path (the plain-torch
+              branch of every kernel wrapper, fast) when the bug lives in host code (planner, allocator,
+              tables, arena views), on the ``"interpreter"`` path (the Triton kernels under
+              ``TRITON_INTERPRET=1``, what CI runs) when it lives in a kernel the allocator calls.
+``kernel``    the kernel file's own ``check()`` on fresh random data must fail, on each path in ``paths``: for
+              kernel bugs the allocator's calls never reach (a multi-request batch of the alloc kernel, an
+              unmapped id in translate, an overlapping batch the allocator never forms).
+
+The kernels must have been decorated under ``TRITON_INTERPRET=1`` (set it before anything imports triton or
+kvarena.gpu); :func:`applied` refuses to run an interpreter mutant otherwise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import linecache
+import sys
+import types
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from unittest import mock
+
+import torch
+
+import kvarena.gpu.allocator as allocator_mod
+import kvarena.gpu.arena as arena_mod
+import kvarena.gpu.kernels as kernels
+import kvarena.gpu.kernels.alloc as alloc_mod
+import kvarena.gpu.kernels.move as move_mod
+import kvarena.gpu.kernels.translate as translate_mod
+import kvarena.gpu.kernels.zero as zero_mod
+import kvarena.gpu.planner as planner_mod
+import kvarena.gpu.tables as tables_mod
+from kvarena.spec.errors import PlanError
+
+GPU_MODULES: tuple[types.ModuleType, ...] = (allocator_mod, arena_mod, planner_mod, tables_mod, kernels, move_mod,
+                                             zero_mod, translate_mod, alloc_mod)
+KERNELS = {move_mod: "move_pages_kernel", zero_mod: "zero_pages_kernel", translate_mod: "translate_kernel",
+           alloc_mod: "alloc_tokens_kernel"}
+SEEDS = (0, 1, 2)
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernel checks: each runs the kernel file's own check() (or the refusal gpu/'s tests assert) against a module,
+# the real one or a mutant, on one path; AssertionError means the kernel is wrong.
+
+
+def _padded_as_index(values: object, device: torch.device) -> torch.Tensor:
+    """``as_index`` with 1,024 words of -1 after every host list: a kernel that reads past its page list reads
+    -1, and any store that feeds lands in check()'s guard words, never outside a buffer (the interpreter has no
+    bounds checks; without this an over-read of ``vids`` stores at a garbage address)."""
+    if isinstance(values, torch.Tensor):
+        return values.to(device=device, dtype=torch.int64)
+    xs = list(values)  # type: ignore[call-overload]
+    buf = torch.full((len(xs) + 1024,), -1, dtype=torch.int64, device=device)
+    if xs:
+        buf[:len(xs)] = torch.tensor(xs, dtype=torch.int64)
+    return buf[:len(xs)]
+
+
+def check_alloc(mod: types.ModuleType, path: str) -> None:
+    """alloc.check() as tests/fast/test_gpu_kernels.py runs it (extends and decodes, several page sizes)."""
+    with mock.patch.object(mod, "as_index", _padded_as_index):
+        for seed in SEEDS:
+            for epp in (1, 2, 4):
+                mod.check(path=path, seed=seed, epp=epp)
+                mod.check(path=path, seed=seed, epp=epp, decode=True, bs=13)
+
+
+def check_translate(mod: types.ModuleType, path: str) -> None:
+    for seed in SEEDS:
+        for epp in (1, 4):
+            mod.check(path=path, seed=seed, epp=epp)
+
+
+def check_zero(mod: types.ModuleType, path: str) -> None:
+    for seed in SEEDS:
+        mod.check(path=path, seed=seed)
+
+
+def check_move(mod: types.ModuleType, path: str) -> None:
+    for seed in SEEDS:
+        mod.check(path=path, seed=seed)
+        mod.check(path=path, seed=seed + 100, page_bytes=32, n_pages=40, n_moves=15)
+
+
+def check_move_refuses_overlap(mod: types.ModuleType, path: str) -> None:
+    """One launch runs its programs in any order (the interpreter: in grid order), so a batch in which a
+    destination is also a source must be refused before anything runs (test_gpu_kernels.py's
+    test_move_refuses_batches_one_launch_cannot_run)."""
+    check_move(mod, path)
+    words = torch.arange(64, dtype=torch.int64)
+    for src, dst in (([1, 2], [2, 3]), ([2, 1], [3, 2])):
+        try:
+            mod.move_pages(words, src, dst, 64, path=path)
+        except PlanError:
+            continue
+        raise AssertionError(f"move_pages ran the batch {src} -> {dst}, in which page 2 is both a source and a "
+                             f"destination; the result depends on program order (now {words.view(8, 8)[3, 0]} "
+                             "in page 3)")
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    module: types.ModuleType
+    original: str
+    replacement: str
+    why: str
+    also: tuple[tuple[str, str], ...] = ()  # further (original, replacement) edits of the same bug
+    lockstep: str | None = None  # the path of the lockstep kill: "torch", "interpreter", or None (no such kill)
+    kernel: Callable[[types.ModuleType, str], None] | None = None  # the kernel check that must fail
+    paths: tuple[str, ...] = ("triton", "torch")  # the paths on which the kernel check must fail
+    steps: int | None = None  # steps per example of the lockstep kill, where the ci profile's 50 are too few
+
+
+MUTANTS: tuple[Mutant, ...] = (
+    Mutant("off-by-one-frontier", planner_mod,
+           "        return (g.top - g.bot) // v.page_bytes\n",
+           "        return (g.top - g.bot) // v.page_bytes + 1\n",
+           "rung 1 counts one page more room in a gap than there is: a frontier grows one page into its "
+           "neighbour's bytes (host planner: lockstep on the torch path)",
+           lockstep="torch"),
+    Mutant("stale-translation-after-move", tables_mod,
+           "        self.p2v[c, d] = v\n        self.v2p[c, v] = d\n",
+           "        self.p2v[c, d] = v\n",
+           "a move updates p->v but not the device v->p row the translate kernel reads: attention follows the "
+           "page's old slot (tables: lockstep on the torch path; observe() reads the tables back)",
+           lockstep="torch"),
+    Mutant("partial-row-move", move_mod,
+           "    mask = offs < page_words\n    data = tl.load(",
+           "    mask = offs < page_words // 2\n    data = tl.load(",
+           "a move copies only the first half of each page's words: a one-entry recurrent page's ssm row is "
+           "torn in two, a token page's later entries stay behind (move kernel and its torch path: lockstep on "
+           "the interpreter path, and move.check() on both paths)",
+           also=(("        pages[d] = pages[s]\n",
+                  "        pages[d, : page_words // 2] = pages[s, : page_words // 2]\n"),),
+           lockstep="interpreter", kernel=check_move),
+    Mutant("reuse-withheld-page", allocator_mod,
+           "        if self.ledger.in_use(band.name, slot):\n            band.withheld.add(slot)",
+           "        if False:\n            band.withheld.add(slot)",
+           "a freed or moved-away page that a forward pass or copy still uses becomes a reusable hole "
+           "(allocator: lockstep on the torch path)",
+           lockstep="torch"),
+    Mutant("move-page-with-writer", planner_mod,
+           "        pinned = band.withheld | {s for c, s in self.ledger.writers if c == band.name}\n",
+           "        pinned = set(band.withheld)\n",
+           "compaction moves a page that a forward pass or host load is writing (host planner: lockstep on the "
+           "torch path)",
+           lockstep="torch"),
+    Mutant("double-free-accepted", allocator_mod,
+           "        if missing:\n            raise DoubleFreeError",
+           "        if False:\n            raise DoubleFreeError",
+           "dropping a page the owner does not hold is accepted (unknown ids ignored) and decrements another "
+           "owner's count (allocator: lockstep on the torch path)",
+           also=(("        for v in vids:\n            del held[self.v2p[v][0]][v]\n",
+                  "        vids = [v for v in vids if v in self.v2p]\n"
+                  "        for v in vids:\n            held[self.v2p[v][0]].pop(v, None)\n"),),
+           lockstep="torch"),
+    Mutant("recurrent-slot-not-zeroed", allocator_mod,
+           "zero_pages(self.mem.words, slots, self.bands[cls].page_bytes)",
+           "pass",
+           "a new recurrent slot keeps the bytes of whatever page was there before (SGLang's mamba slots; "
+           "allocator: lockstep on the torch path, an unwritten recurrent row must read 0)",
+           lockstep="torch"),
+    Mutant("overlapping-move-check-removed", move_mod,
+           "    both = set(src) & set(dst)\n",
+           "    both: set[int] = set()\n",
+           "move_pages runs a batch in which a destination is also a source: its result depends on the order "
+           "the programs run in (a race on a GPU). The allocator never forms such a batch, so lockstep cannot "
+           "see it: the refusal gpu/'s kernel tests assert kills it, on both paths",
+           kernel=check_move_refuses_overlap),
+    Mutant("wrong-dtype-view-offset", arena_mod,
+           "slot.offset // size)",
+           "slot.offset // 8)",
+           "a row's typed view starts at its byte offset divided by 8 (the int64 word size) instead of the "
+           "row dtype's itemsize: bf16/fp32 rows after the first overlap the rows before them (arena views: "
+           "lockstep on the torch path, rows read back through the views)",
+           lockstep="torch"),
+    Mutant("alloc-one-page-too-many", alloc_mod,
+           "    n_new = (seq + EPP - 1) // EPP - first_new\n",
+           "    n_new = (seq + EPP) // EPP - first_new\n",
+           "the batched alloc kernel counts one new page too many for a request that ends on a page boundary, "
+           "so every later request of the batch takes its neighbour's pages and binds them. The allocator binds "
+           "pages as one request (no later request), so lockstep cannot see it: alloc.check() on a random batch "
+           "kills it, on the Triton kernel and its torch path",
+           also=(("    n_new = (seq + epp - 1) // epp - first_new\n", "    n_new = (seq + epp) // epp - first_new\n"),),
+           kernel=check_alloc),
+    # -- beyond the issue's ten --------------------------------------------------------------------------
+    Mutant("withheld-freed-by-first-release", allocator_mod,
+           "            if h.slot in band.withheld and not self.ledger.in_use(*page):\n",
+           "            if h.slot in band.withheld:\n",
+           "a withheld slot becomes a hole when the first of its users releases, while another still uses it "
+           "(allocator: lockstep on the torch path, 80 steps per example: in the ci profile's 50 the machine never "
+           "releases one of two users of a withheld slot)",
+           lockstep="torch", steps=80),
+    Mutant("translate-unmapped-to-sink-page", translate_mod,
+           "    phys = tl.where(slot >= 0, slot * EPP + t % EPP, -1)\n",
+           "    phys = tl.where(slot >= 0, slot * EPP + t % EPP, t % EPP)\n",
+           "an unmapped virtual token translates into page 0 (SGLang's sink page) instead of -1: a stray read "
+           "hits a live page silently. The harness never translates unmapped ids: translate.check() kills it",
+           also=(("    out.copy_(torch.where(slot >= 0, slot * epp + t % epp, -1))\n",
+                  "    out.copy_(torch.where(slot >= 0, slot * epp + t % epp, t % epp))\n"),),
+           kernel=check_translate),
+    Mutant("zero-kernel-skips-first-word", zero_mod,
+           "    tl.store(words_ptr + page * page_words + offs, zeros, mask=offs < page_words)\n",
+           "    tl.store(words_ptr + page * page_words + offs, zeros, mask=(offs > 0) & (offs < page_words))\n",
+           "the zero kernel starts one word late: the first 8 bytes of a new recurrent slot (its conv row) keep "
+           "the old bytes (zero kernel and its torch path: lockstep on the interpreter path, and zero.check() on "
+           "both paths; the last word would be no test: it is row padding in every toy layout)",
+           also=(("        words[: n_pages * page_words].view(n_pages, page_words)[idx] = 0\n",
+                  "        words[: n_pages * page_words].view(n_pages, page_words)[idx, 1:] = 0\n"),),
+           lockstep="interpreter", kernel=check_zero),
+)
+
+# The ten bug kinds the issue asks for, each a substring of at least one mutant's name.
+REQUIRED = ("off-by-one-frontier", "stale-translation-after-move", "partial-row-move", "reuse-withheld-page",
+            "move-page-with-writer", "double-free-accepted", "recurrent-slot-not-zeroed", "overlapping-move",
+            "wrong-dtype-view-offset", "alloc-one-page-too-many")
+
+
+def source_of(m: Mutant) -> str:
+    """The mutated source (AssertionError if a snippet does not occur exactly once)."""
+    source = inspect.getsource(m.module)
+    for original, replacement in ((m.original, m.replacement), *m.also):
+        count = source.count(original)
+        if count != 1:
+            raise AssertionError(f"gpu mutant {m.name}: snippet {original.strip()!r} occurs {count} times in "
+                                 f"{m.module.__name__}; update tests/quality/gpu_mutants.py to plant the same bug "
+                                 "in the new code")
+        source = source.replace(original, replacement)
+    return source
+
+
+def mutate(m: Mutant) -> types.ModuleType:
+    """A fresh copy of the mutant's module with the change applied, its source visible to ``inspect`` (so
+    Triton's interpreter runs the mutated kernel)."""
+    source = source_of(m)
+    mod = types.ModuleType(m.module.__name__ + "_mutant_" + m.name.replace("-", "_"))
+    filename = f"{m.module.__file__}<mutant {m.name}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    mod.__file__ = filename
+    sys.modules[mod.__name__] = mod  # dataclasses resolve string annotations through sys.modules
+    exec(compile(source, filename, "exec"), mod.__dict__)
+    if m.module in KERNELS:  # what the interpreter will re-read is the mutated text
+        kernel = getattr(mod, KERNELS[m.module])
+        assert inspect.getsourcefile(kernel.fn) == filename, f"{m.name}: the kernel's source is not the mutant's"
+    return mod
+
+
+def imported_names(mod: types.ModuleType, home: types.ModuleType) -> list[str]:
+    """Names in ``mod`` bound to functions or classes defined in ``home`` (``from home import name``)."""
+    return [n for n, v in vars(mod).items()
+            if not n.startswith("__") and getattr(v, "__module__", None) == home.__name__ and vars(home).get(n) is v]
+
+
+@contextlib.contextmanager
+def applied(m: Mutant, path: str = "torch") -> Iterator[Callable]:
+    """Yield the allocator factory (``make``) with the mutant in place, its kernels on ``path`` ("torch": the
+    plain-torch branch of every wrapper; "interpreter": the Triton kernels under TRITON_INTERPRET=1)."""
+    if path not in ("torch", "interpreter"):
+        raise ValueError(f"path must be 'torch' or 'interpreter', got {path!r}")
+    if path == "interpreter":
+        stale = [k for mod, k in KERNELS.items() if not kernels.interpreted(getattr(mod, k))]
+        if stale:
+            raise RuntimeError(f"{stale} were decorated without TRITON_INTERPRET=1: set it before importing "
+                               "triton or kvarena.gpu, or call kvarena.gpu.kernels.use_interpreter()")
+    mod = mutate(m)
+    if path == "interpreter" and m.module in KERNELS:
+        assert kernels.interpreted(getattr(mod, KERNELS[m.module])), f"{m.name}: the mutated kernel is compiled"
+    with contextlib.ExitStack() as stack:
+        if path == "torch":
+            stack.enter_context(mock.patch.object(kernels, "interpreted", lambda kernel: False))
+        if m.module is allocator_mod:
+            yield mod.make
+            return
+        for importer in GPU_MODULES:
+            if importer is m.module:
+                continue
+            for name in imported_names(importer, m.module):
+                stack.enter_context(mock.patch.object(importer, name, getattr(mod, name)))
+        yield allocator_mod.make
