@@ -20,6 +20,7 @@ $(RUN_STAMP): pyproject.toml
 
 $(TEST_STAMP): $(RUN_STAMP) requirements-ci.txt
 	$(PY) -m pip install -q --disable-pip-version-check -r requirements-ci.txt
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps $(SGLANG_PINS)
 	touch $@
 
 run: $(RUN_STAMP)
@@ -40,3 +41,12 @@ vectors: $(TEST_STAMP)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis .ruff_cache
+
+# SGLang 0.5.23's real unified allocator under the conformance harness at `safety`
+# (conformance/adapters/sglang.py, findings in docs/sglang-findings.md). sglang is installed without its
+# dependency set; msgspec is the one of its dependencies the allocator's import chain needs.
+SGLANG_PINS := sglang==0.5.23 msgspec==0.22.0
+.PHONY: sglang
+sglang: $(TEST_STAMP)
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps $(SGLANG_PINS)
+	$(PY) -m pytest -q -p no:cacheprovider -m "sglang and not slow" tests/sglang

@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-TARGETS: tuple[str, ...] = (
+TARGETS = (  # the helpers CrossHair checks (module.function)
     "kvarena.spec.layout.align_up",
     "kvarena.spec.layout.pack_rows",
     "kvarena.reference.ladder.ceil_div",

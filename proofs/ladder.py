@@ -16,13 +16,15 @@ Two kinds of evidence, each named in the table ``kvarena prove`` prints:
 **Completeness (rung 3, one float band).** Let the compacted ends be what rung 2 leaves (``_plan_compact_ends``):
 ``L`` = the low band's frontier byte, ``H`` = the high band's, ``a = max(0, d_low - holes_low) * P_low`` and
 ``b = max(0, d_high - holes_high) * P_high`` the bytes the ends must still grow. Let ``F`` be the float (page
-bytes ``P``), ``K = live_F + withheld_F + d_F`` and ``O`` its immovable slots (withheld, or live with a ledger
-user). Then ``Fits`` := there are integers ``t`` and ``m >= K`` with ``t*P >= L + a``, ``(t + m)*P <= H - b`` and
-``O ⊆ [t, t + m)`` (for ``K = 0``: ``L + a <= H - b``). Theorem: if ``Fits`` then ``Arena.ladder(d)`` admits
-``d``; and when ``F`` is non-empty or demanded, rung 3 returns a plan iff ``Fits``. The naive statement "the
-page-aligned room between the compacted ends, ``floor((H - b)/P) - ceil((L + a)/P)``, holds ``K`` pages" is
-false: Z3 finds a counterexample (a pinned float page where an end must grow) and the reference rejects it
-(NAIVE-IS-FALSE, replayed). The bound: one float band (the model's, and every preset's, chain shape).
+bytes ``P``), ``K = live_F + withheld_F + d_F``, ``O`` its immovable slots (withheld, or live with a ledger user)
+and ``R = [ceil((L + a)/P), floor((H - b)/P))`` the aligned room. From any settled state (no band has a hole on
+an edge it grows from, as every operation leaves it): if ``F`` is non-empty or demanded, rung 3 returns a plan
+iff ``|R| >= K`` and ``O ⊆ R`` (iff any contiguous arrangement of ``F`` fits: rung 3 is exact), and then
+``Arena.ladder(d)`` admits ``d``; if ``F`` is empty and not demanded, ``L + a <= H - b`` suffices. The naive
+statement "``|R| >= K``" (free bytes between the compacted ends, minus the ends' needs, page-aligned, against
+the float's pages and demand) is false: an immovable float page outside ``R`` blocks it; Z3 finds such a state
+and the reference rejects it (NAIVE-IS-FALSE). The bound: one float band (the model's, and every preset's,
+chain shape); with several floats rung 3 is local per float (spec §Limits).
 """
 
 from __future__ import annotations
@@ -154,6 +156,21 @@ def theorem_exact(timeout_ms: int) -> Theorem:
     return th
 
 
+def theorem_room(timeout_ms: int) -> Theorem:
+    th = Theorem("R3-ROOM", "rung 3 finds a span iff the aligned room [ceil((L+a)/P), floor((H-b)/P)) holds K slots "
+                            "and contains every immovable slot")
+    p, win_lo, win_hi, need0, cur, has_obs, omin, omax, pre = _symbols()
+    sp = float_span_z3(p, win_lo, win_hi, need0, cur, has_obs, omin, omax)
+    q_lo, c1 = _ceil_div(win_lo, p, "room.lo")
+    q_hi, c2 = _floor_div(win_hi, p, "room.hi")
+    room = z3.And(q_hi - q_lo >= need0, z3.Implies(has_obs, z3.And(q_lo <= omin, omax < q_hi)))
+    t0 = time.perf_counter()
+    th.status, _ = _prove([pre, sp.defs, c1, c2], sp.ok == room, timeout_ms)
+    th.seconds = time.perf_counter() - t0
+    th.bound = "none (all integers, any page size)"
+    return th
+
+
 def _ends_symbols():
     P0, P2, hi0, lo2, e0, e2 = z3.Ints("P_low P_high low_hi high_lo grow_low grow_high")
     L, H = hi0 * P0, lo2 * P2
@@ -263,16 +280,19 @@ def replay_naive(low_hi: int, high_lo: int, low_demand: int, omin: int, omax: in
     a.writers = Counter({(h.cls, h.slot): 1 for h in pinned})
     check_all(a)
     P = a.bands[order[1]].page_bytes
-    L, H = low_hi * a.bands[order[0]].page_bytes + low_demand * a.bands[order[0]].page_bytes, high_lo * 256
-    naive_room = H // P - -(-L // P)
+    L = (low_hi + low_demand) * a.bands[order[0]].page_bytes
+    H = high_lo * a.bands[order[2]].page_bytes
+    q_lo, q_hi = -(-L // P), H // P
+    naive_room = q_hi - q_lo
     assert naive_room >= omax - omin + 1, "the naive statement does not predict success here"
+    assert not q_lo <= omin, "the pinned pages lie in the room: not a counterexample"
     try:
         plan = a.ladder({order[0]: low_demand})
     except AdmissionRejectedError as e:
-        return (f"toy-tri: {order[0]} [0, {low_hi}) + {low_demand} pages, {order[1]} slots {omin}..{omax} "
-                f"written, {order[2]} [{high_lo}, 8): naive room {naive_room} float page(s) >= K = "
-                f"{omax - omin + 1}, yet Arena.ladder rejects: {e.shortfall} (the low band cannot grow past the "
-                "pinned float page; no arrangement exists)")
+        return (f"toy-tri 2048 B: {order[0]} band [0, {low_hi}) needs {low_demand} more pages, {order[1]} slots "
+                f"{omin}..{omax} held by a writer, {order[2]} band [{high_lo}, 8): the aligned room "
+                f"[{q_lo}, {q_hi}) holds {naive_room} >= K = {omax - omin + 1} float pages but not the pinned "
+                f"slots; Arena.ladder rejects, short {e.shortfall} (rightly: the low band cannot grow past them)")
     raise AssertionError(f"the ladder admitted it ({plan.rung.name}): not a counterexample")
 
 
@@ -584,5 +604,6 @@ def theorem_sweep(bounds: tuple[Bound, ...] = LADDER_BOUNDS, jobs: int = 2) -> T
 
 
 def run(timeout_ms: int = 30_000, bounds: tuple[Bound, ...] = LADDER_BOUNDS, jobs: int = 2) -> list[Theorem]:
-    return [theorem_span_valid(timeout_ms), theorem_exact(timeout_ms), theorem_then_place(timeout_ms),
-            theorem_ends_only(timeout_ms), theorem_naive(timeout_ms), theorem_sweep(bounds, jobs)]
+    return [theorem_span_valid(timeout_ms), theorem_exact(timeout_ms), theorem_room(timeout_ms),
+            theorem_then_place(timeout_ms), theorem_ends_only(timeout_ms), theorem_naive(timeout_ms),
+            theorem_sweep(bounds, jobs)]

@@ -524,7 +524,7 @@ BY_NAME = {t.name: t for t in TRANSITIONS}
 NO, BO, LS, PA, VM, BC, FF = ("INV-NO-OVERLAP", "INV-BAND-ORDER", "INV-LEDGER-SAFETY", "INV-PAGE-ATOMIC",
                               "INV-VMAP-BIJECTIVE", "INV-BYTE-CONSERVATION", "INV-FEASIBILITY-FLOOR")
 
-MUTANTS: tuple[Mutant, ...] = (
+MUTANTS = (  # the planted bugs, by transition: each must break the IDs it names
     Mutant("reuse-withheld", "admit", (LS,), "rung 1 hands out a withheld slot a user still reads"),
     Mutant("keep-hole", "admit", (NO, BC), "the new page's slot stays a hole too (counted twice)"),
     Mutant("cross-band", "admit", (BO,), "a frontier grows one page past its gap into the neighbour",

@@ -75,7 +75,7 @@ How kvarena's model is laid onto theirs
     stream raises :class:`WouldBlock` on an unfired event: an admission that needs it is refused
     (state restored), a relayout that needs it does nothing.
   - What SGLang's allocator cannot express: a page freed while a user still holds it.  SGLang does not
-    withhold freed pages; ``free`` assumes "a freed v has no live reader" (unified_sub_pool.py:1329-1331)
+    withhold freed pages; ``free`` assumes "a freed v has no live reader" (unified_sub_pool.py:1330, :1411)
     and the scheduler (WAR barrier, radix lock references) keeps it so.  The adapter plays that caller:
     the free of a page some live user holds at its current slot is deferred (the page stays bound in
     SGLang and is reported withheld) and issued when no live user holds it any more.  What is tested of
@@ -196,7 +196,7 @@ class SGLangUnavailable(ImportError):
     """sglang (or msgspec) is not installed: ``pip install --no-deps sglang==0.5.23 && pip install msgspec``."""
 
 
-class WouldBlock(Exception):  # noqa: N818 - a signal, not an error
+class WouldBlock(Exception):
     """SGLang would stall the schedule stream until an in-flight forward finishes."""
 
 
@@ -227,7 +227,7 @@ def load_sglang() -> SimpleNamespace:
     if importlib.util.find_spec("msgspec") is None:
         raise SGLangUnavailable("msgspec (an sglang dependency its layout module imports) is not installed: "
                                 "pip install msgspec")
-    root = Path(list(spec.submodule_search_locations)[0])
+    root = Path(next(iter(spec.submodule_search_locations)))
     if not (root / "srt/mem_cache/allocator/unified_sub_pool.py").is_file():
         raise SGLangUnavailable(f"{root} has no srt/mem_cache/allocator/unified_sub_pool.py: install "
                                 f"sglang=={SGLANG_VERSION}")
@@ -443,7 +443,7 @@ class _User:
     holds: tuple[tuple[int, str, int], ...]  # (vid, class, slot at acquire)
 
 
-class _Short(Exception):  # noqa: N818
+class _Short(Exception):
     def __init__(self, cls: str) -> None:
         super().__init__(cls)
         self.cls = cls
@@ -453,7 +453,7 @@ class SGLangArena:
     """kvarena's adapter protocol over SGLang's ``UnifiedKVPool`` + ``MultiEndedAllocator`` chain."""
 
     def __init__(self, config: ArenaConfig, *, lazy: bool = True, strict_floor: bool = True,
-                 forward_double_free: bool = False) -> None:
+                 forward_double_free: bool = False, skip_zero_cap: bool = True) -> None:
         config.validate()  # kvarena's ConfigError refusals (a page size of 0, ...) come before SGLang's asserts
         sg = load_sglang()
         self.sg = sg
@@ -461,6 +461,7 @@ class SGLangArena:
         self.config = config
         self.lazy = lazy
         self.forward_double_free = forward_double_free
+        self.skip_zero_cap = skip_zero_cap
         self.geo = Geometry.of(config)
         classes = chain(config.model)
         self.order = [c.name for c in classes]
@@ -872,7 +873,7 @@ class SGLangArena:
                 if c in self.order[1:-1]:
                     a.flush_opportunistic()  # a float only absorbs its boundary holes
                     continue
-                if left == 0:
+                if left == 0 and self.skip_zero_cap:
                     continue
                 saved = a._lazy_max_moves_per_call
                 if left is not None:

@@ -105,7 +105,7 @@ def test_ladder_theorems() -> None:
     assert all(th.ok for th in ths.values()), {n: th.status for n, th in ths.items() if not th.ok}
     assert ths["NAIVE-IS-FALSE"].status == "counterexample (expected)"
     assert "Arena.ladder rejects" in ths["NAIVE-IS-FALSE"].detail
-    for name in ("R3-SPAN-VALID", "R3-EXACT", "R3-THEN-PLACE", "ENDS-ONLY-PLACE", "LADDER-EXHAUSTIVE"):
+    for name in ("R3-SPAN-VALID", "R3-EXACT", "R3-ROOM", "R3-THEN-PLACE", "ENDS-ONLY-PLACE", "LADDER-EXHAUSTIVE"):
         assert ths[name].status == "proven"
     detail = ths["LADDER-EXHAUSTIVE"].detail
     assert "COMPACT" in detail and "RELAYOUT" in detail and "REUSE" in detail  # every rung exercised

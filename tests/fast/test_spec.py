@@ -438,7 +438,7 @@ def test_presets_table(spec_text: str) -> None:
 def test_required_sections_in_order(spec_text: str) -> None:
     want = ["Introduction", "Notation", "Constants", "Layouts", "Configuration and refusals", "State",
             "Operations", "Admission ladder", "Policies", "Ledger", "Split-pool baseline", "Errors", "Invariants",
-            "Traceability", "Refinements"]
+            "Proofs", "Traceability", "Refinements"]
     have = [s for s in sections(spec_text) if s in want]
     assert have == want, f"spec/arena.md sections {have}, want {want} in this order"
 

@@ -267,10 +267,13 @@ def mutate(m: Mutant) -> types.ModuleType:
     return mod
 
 
-def imported_names(mod: types.ModuleType, home: types.ModuleType) -> list[str]:
-    """Names in ``mod`` bound to functions or classes defined in ``home`` (``from home import name``)."""
-    return [n for n, v in vars(mod).items()
-            if not n.startswith("__") and getattr(v, "__module__", None) == home.__name__ and vars(home).get(n) is v]
+def imported_names(mod: types.ModuleType, home: types.ModuleType) -> dict[str, str]:
+    """``{name in mod: name in home}`` for the functions and classes ``mod`` imported from ``home``. Matched by
+    defining module and name, not identity: ``use_interpreter()`` reloads a kernel module in place, after which
+    an importer holds the old function object."""
+    return {n: v.__name__ for n, v in vars(mod).items()
+            if not n.startswith("__") and getattr(v, "__module__", None) == home.__name__
+            and getattr(v, "__name__", None) in vars(home)}
 
 
 @contextlib.contextmanager
@@ -296,6 +299,6 @@ def applied(m: Mutant, path: str = "torch") -> Iterator[Callable]:
         for importer in GPU_MODULES:
             if importer is m.module:
                 continue
-            for name in imported_names(importer, m.module):
-                stack.enter_context(mock.patch.object(importer, name, getattr(mod, name)))
+            for name, home_name in imported_names(importer, m.module).items():
+                stack.enter_context(mock.patch.object(importer, name, getattr(mod, home_name)))
         yield allocator_mod.make

@@ -1,11 +1,12 @@
 """Every planted bug in gpu/ (tests/quality/gpu_mutants.py) is killed, within the ci profile.
 
 A lockstep kill runs ``run_lockstep(kvarena.gpu.allocator:make, "exact", ...)`` with the mutant in place under
-the ``ci`` profile (derandomized, whatever HYPOTHESIS_PROFILE says) without shrinking, and must fail a check:
-a Divergence or another AssertionError, never the mutant crashing the code (a NameError, a TypeError, ...
-reported by the harness as "raised X") nor the factory failing to build. The unmutated allocator passes the
-same examples on both paths (the derandomized examples depend only on the reference's state, so they are the
-ones each mutant saw until it failed), so no kill is vacuous.
+the ``ci`` profile (derandomized, whatever HYPOTHESIS_PROFILE says; 100 examples, one mutant with 80 steps
+instead of 50, see BUDGETS) without shrinking, and must fail a check: a Divergence or another AssertionError,
+never the mutant crashing the code (a NameError, a TypeError, ... reported by the harness as "raised X") nor the
+factory failing to build. The unmutated allocator passes the same budgets on the same paths: the derandomized
+draws depend on the two sides' states, which agree until the mutant diverges, so these are the examples each
+mutant saw until it failed, and no kill is vacuous.
 
 A kernel kill runs the kernel file's own ``check()`` against the mutated module on each path of the mutant
 (the Triton kernel under the interpreter, and the plain-torch branch); the real module passes the same checks.
