@@ -219,6 +219,23 @@ class ArenaMachine(RuleBasedStateMachine):
         else:
             self.users.append(user)
 
+    @precondition(lambda self: self.requests)
+    @rule(data=st.data(), kind=st.sampled_from(list(UserKind)))
+    def shared_withheld(self, data: st.DataObject, kind: UserKind) -> None:
+        """Two users hold one page, its owner lets go, one user releases: the slot stays withheld
+        until the last user releases."""
+        owner = data.draw(st.sampled_from(self.requests), label="owner")
+        mine = [v for vs in self.a.held(owner).values() for v in vs]
+        if not mine:
+            return
+        vid = data.draw(st.sampled_from(mine), label="vid")
+        first, second = self._name("u"), self._name("u")
+        self.a.acquire(first, kind, [vid])
+        self.a.acquire(second, UserKind.FORWARD_READ, [vid])
+        self._forget(self.a.drop(owner, [vid]))
+        self.a.release(first)
+        self.users.append(second)
+
     # -- moves ----------------------------------------------------------------------------------
     @rule(max_moves=st.one_of(st.none(), st.integers(0, 3)))
     def compact(self, max_moves: int | None) -> None:

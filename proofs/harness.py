@@ -371,12 +371,18 @@ def run(invs: Iterable[str] | None = None, transitions: Iterable[str] | None = N
         raise KeyError(f"unknown transitions {sorted(bad)}; use {[INIT, *T.BY_NAME]}")
     order = [n for n in [INIT, *T.BY_NAME] if n in names]
     tasks = [(n, invs, timeout_ms, replay) for n in order]
+    parts = None
     if jobs > 1 and len(tasks) > 1:
         import multiprocessing as mp
 
-        with mp.get_context("fork").Pool(min(jobs, len(tasks))) as pool:
-            parts = pool.starmap(_run_one, tasks, chunksize=1)
-    else:
+        try:
+            ctx = mp.get_context("fork")  # Z3 terms do not pickle: workers rebuild everything from the names
+        except ValueError:  # pragma: no cover - no fork on this platform: run in this process
+            ctx = None
+        if ctx is not None:
+            with ctx.Pool(min(jobs, len(tasks))) as pool:
+                parts = pool.starmap(_run_one, tasks, chunksize=1)
+    if parts is None:
         parts = [_run_one(*task) for task in tasks]
     return [ob for part in parts for ob in part]
 

@@ -581,12 +581,18 @@ def theorem_sweep(bounds: tuple[Bound, ...] = LADDER_BOUNDS, jobs: int = 2) -> T
                  "pages within their band, rung 3 only float pages; the applied plan passes every predicate; "
                  "Fits => admitted, and rung 3 finds a plan iff Fits")
     t0 = time.perf_counter()
+    sweeps = None
     if jobs > 1 and len(bounds) > 1:
         import multiprocessing as mp
 
-        with mp.get_context("fork").Pool(min(jobs, len(bounds))) as pool:
-            sweeps = pool.map(sweep, bounds)
-    else:
+        try:
+            ctx = mp.get_context("fork")
+        except ValueError:  # pragma: no cover - no fork on this platform
+            ctx = None
+        if ctx is not None:
+            with ctx.Pool(min(jobs, len(bounds))) as pool:
+                sweeps = pool.map(sweep, bounds)
+    if sweeps is None:
         sweeps = [sweep(b) for b in bounds]
     th.seconds = time.perf_counter() - t0
     th.bound = " + ".join(b.describe() for b in bounds)
