@@ -4,7 +4,11 @@
    every step every invariant is checked, and every plan the policy returns is
    validated against the spec's rules before it is applied.  A violation is printed
    with its invariant ID and the shrunk trace that reproduces it.
-2. Quality: the policy and the default ladder replay the same standard traces; the
+2. Z3 plan obligations: every step a validated plan can be made of (a placement, a page
+   move, a float retarget / move / trim, a boundary absorption) preserves every invariant
+   whenever its guard holds, and the validator checks exactly those guards (spec/arena.md
+   §Policies); so any policy whose plans pass the validator keeps the invariants.
+3. Quality: the policy and the default ladder replay the same standard traces; the
    report compares rejections, bytes moved and peak utilization.
 """
 
@@ -86,6 +90,22 @@ def check_safety(name: str, factory: Callable[[], Policy], examples: int | None 
     return Safety(name, True)
 
 
+# The transitions of the proofs' model that a plan is made of (proofs/transitions.py).
+PLAN_STEPS = ("admit", "move", "relayout_grow", "relayout_move", "relayout_trim", "absorb")
+
+
+def prove_plan_steps() -> tuple[int, int, float, list[str]]:
+    """Z3: (proven, total, seconds, failures) for every invariant x plan step (no replays: fast)."""
+    import time
+
+    from kvarena.proofs import harness
+
+    t0 = time.perf_counter()
+    obs = harness.run(transitions=PLAN_STEPS, replay=False, jobs=2)
+    bad = [f"{o.name}: {o.result}" for o in obs if not o.ok]
+    return len(obs) - len(bad), len(obs), time.perf_counter() - t0, bad
+
+
 def compare_quality(policies: dict[str, Callable[[], Policy]]) -> list[tuple[str, str, dict]]:
     from kvarena.replay import replay  # the main job's scheduler model
     from kvarena.replay_trace import build_trace
@@ -124,6 +144,7 @@ exit status: 0 when every policy checked is safe, 1 on any violation.""")
                                              f"({', '.join(sorted(POLICIES))}); default: all shipped")
     p.add_argument("--examples", type=int, default=None, help="state-machine runs (default: the ci profile's)")
     p.add_argument("--no-quality", action="store_true", help="skip the replay comparison (safety only)")
+    p.add_argument("--no-proofs", action="store_true", help="skip the Z3 plan obligations (~10 s)")
     p.set_defaults(func=run)
 
 
@@ -139,6 +160,14 @@ def run(args: argparse.Namespace) -> int:
             unsafe += 1
             print(f"  {r.message}\n  shrunk trace that reproduces it:")
             print("\n".join("    " + line for line in r.trace.splitlines()))
+    proofs_failed = False
+    if not args.no_proofs:
+        proven, total, secs, bad = prove_plan_steps()
+        print(f"\nZ3 plan obligations: {proven}/{total} proven in {secs:.1f} s — every invariant is preserved by "
+              f"each plan step ({', '.join(PLAN_STEPS)}) whose guard the validator checks")
+        for line in bad:
+            print(f"  FAILED {line}")
+        proofs_failed = bool(bad)
     quality_failed = False
     if not args.no_quality:
         compared = {"ladder": POLICIES["ladder"], **chosen}
@@ -152,8 +181,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"  quality replay stopped by a violation: {e}")
             quality_failed = True
     print(f"\n{len(chosen) - unsafe} of {len(chosen)} policies safe")
-    return 1 if unsafe or quality_failed else 0
+    return 1 if unsafe or quality_failed or proofs_failed else 0
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(run(argparse.Namespace(policy=sys.argv[1:], examples=None, no_quality=False)))
+    sys.exit(run(argparse.Namespace(policy=sys.argv[1:], examples=None, no_quality=False, no_proofs=False)))
