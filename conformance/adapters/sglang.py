@@ -185,15 +185,14 @@ STUBS = ("sglang", "sglang.kernels", "sglang.kernels.ops", "sglang.kernels.ops.m
          "sglang.srt.mem_cache.allocator.paged", "sglang.srt.mem_cache.memory_pool",
          "sglang.srt.mem_cache.swa_memory_pool", "sglang.srt.mem_cache.kv_vmm_backing")
 _POOL_MOD = "sglang.srt.mem_cache.unified_memory_pool"
-
-_HOST_KINDS = (UserKind.HOST_SAVE, UserKind.HOST_LOAD)
-# What the adapters of this process did (tests/sglang reports them as the run's figures).
+_HOST_KINDS = (UserKind.HOST_SAVE, UserKind.HOST_LOAD)  # host_transfer_move_gate
+_NET_KINDS = (UserKind.NET_SEND, UserKind.NET_RECV)  # disagg_move_gate
+# What the adapters of this process did (tests/sglang prints them as the run's figures).
 STATS: Counter = Counter()
-_NET_KINDS = (UserKind.NET_SEND, UserKind.NET_RECV)
 
 
 class SGLangUnavailable(ImportError):
-    """sglang (or msgspec) is not installed: ``pip install --no-deps sglang==0.5.23 && pip install msgspec``."""
+    """sglang (or msgspec) is not installed: ``pip install --no-deps sglang==0.5.23 msgspec``."""
 
 
 class WouldBlock(Exception):

@@ -39,6 +39,7 @@ def alloc_tokens_kernel(
     v2p_ptr,  # *int64: this class's v->p row, updated for the new pages
     p2v_ptr,  # *int64: this class's p->v row, updated for the new pages
     bs,  # number of requests
+    n_pages,  # length of vids / slots: a batch whose counts disagree with the planner never reads past them
     EPP: tl.constexpr,  # entries per page: page_size tokens, or 1 (a recurrent slot; or pages bound one by one)
     DECODE: tl.constexpr,  # one new token per request
     WRITE_OUT: tl.constexpr,  # False: bind the pages only
@@ -85,8 +86,8 @@ def alloc_tokens_kernel(
     q = pre[:, None] + j[None, :]
     valid = rm[:, None] & (j[None, :] < ext[:, None])
     in_old = q < (first_new * EPP)[:, None]  # still fits the last, partly used page
-    fresh = valid & (q >= (first_new * EPP)[:, None])
     k = page_start[:, None] + q // EPP - first_new[:, None]
+    fresh = valid & (q >= (first_new * EPP)[:, None]) & (k < n_pages)
     vid = tl.load(vids_ptr + k, mask=fresh, other=0)
     if WRITE_OUT:
         loc = tl.where(in_old, last[:, None] + 1 + j[None, :], vid * EPP + q % EPP)
@@ -114,7 +115,7 @@ def launch(pre: torch.Tensor | None, seq: torch.Tensor, last: torch.Tensor, vids
     block_r, block_t = tile(bs, 1 if decode else max_ext)
     grid = (triton.cdiv(bs, block_r), triton.cdiv(1 if decode else max_ext, block_t))
     alloc_tokens_kernel[grid](seq if pre is None else pre, seq, last, vids, slots, vids if out is None else out,
-                              v2p_row, p2v_row, bs, EPP=epp, DECODE=decode, WRITE_OUT=out is not None,
+                              v2p_row, p2v_row, bs, vids.numel(), EPP=epp, DECODE=decode, WRITE_OUT=out is not None,
                               BLOCK_R=block_r, BLOCK_T=block_t, SCAN=1024, num_warps=num_warps)
 
 
