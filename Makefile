@@ -14,8 +14,7 @@ export HYPOTHESIS_PROFILE ?= ci
 $(RUN_STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -c requirements-ci.txt sortedcontainers
-	$(PY) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e . \
-	  || $(PY) -m pip install -q --disable-pip-version-check --no-deps -e .
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps -e .
 	touch $@
 
 $(TEST_STAMP): $(RUN_STAMP) requirements-ci.txt

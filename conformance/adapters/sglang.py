@@ -191,6 +191,12 @@ _NET_KINDS = (UserKind.NET_SEND, UserKind.NET_RECV)  # disagg_move_gate
 STATS: Counter = Counter()
 
 
+def _count(moves: Sequence[Move], what: str) -> None:
+    STATS[what] += len(moves)
+    for m in moves:
+        STATS[f"{what}, {m.cls}"] += 1
+
+
 class SGLangUnavailable(ImportError):
     """sglang (or msgspec) is not installed: ``pip install --no-deps sglang==0.5.23 msgspec``."""
 
@@ -668,7 +674,7 @@ class SGLangArena:
             why = "would stall until an in-flight forward finishes" if isinstance(e, WouldBlock) else \
                 f"SGLang's {e.cls} sub-pool returned None"
             STATS["admissions refused, would wait" if isinstance(e, WouldBlock) else "admissions refused"] += 1
-            STATS["moves undone with a refused admission"] += len(self._moves_since(marks))
+            _count(self._moves_since(marks), "moves undone with a refused admission")
             self._audit(f"a refused admission of {dict(d)} ({why})",
                         [self._vid(c, vp) for c, vps in got.items() for vp in vps], before)
             self._restore(snap)
@@ -676,7 +682,7 @@ class SGLangArena:
             raise AdmissionRejectedError(f"SGLang cannot place {dict(d)}: {why}", short,
                                          sum(n * self.page_bytes[c] for c, n in short.items())) from None
         STATS["admissions"] += 1
-        STATS["moves in admissions"] += len(self._moves_since(marks))
+        _count(self._moves_since(marks), "moves in admissions")
         out: dict[str, list[int]] = {}
         for c in self.order:
             if c in got:
@@ -886,7 +892,7 @@ class SGLangArena:
         self._free_moved_zombies()
         moves = self._moves_since(marks)
         STATS["compactions"] += 1
-        STATS["moves in compactions"] += len(moves)
+        _count(moves, "moves in compactions")
         return self._plan(Rung.COMPACT, moves)
 
     def relayout(self, demand: Mapping[str, int]) -> Plan:
@@ -905,7 +911,7 @@ class SGLangArena:
         self._free_moved_zombies()
         moves = self._moves_since(marks)
         STATS["relayouts"] += 1
-        STATS["moves in relayouts"] += len(moves)
+        _count(moves, "moves in relayouts")
         return self._plan(Rung.RELAYOUT, moves)
 
     # -- data ---------------------------------------------------------------------------------

@@ -79,11 +79,11 @@ def compile_all(arch: int = 90) -> list[dict]:
          ["vtok_ptr", "out_ptr", "v2p_ptr", "n"], 16),
     ]
     asig = {n: p64 for n in ("pre_ptr", "seq_ptr", "last_ptr", "vids_ptr", "slots_ptr", "out_ptr", "v2p_ptr",
-                             "p2v_ptr")} | {"bs": "i32"}
+                             "p2v_ptr")} | {"bs": "i32", "n_pages": "i32"}
     for decode, (br, bt) in ((True, (1024, 1)), (False, (16, 256)), (False, (1, 1024))):
         jobs.append((f"alloc_tokens[{'decode' if decode else 'extend'} {br}x{bt}]", alloc.alloc_tokens_kernel, asig,
                      {"EPP": 64, "DECODE": decode, "WRITE_OUT": True, "BLOCK_R": br, "BLOCK_T": bt, "SCAN": 1024},
-                     list(asig)[:-1], 4))
+                     list(asig)[:-2], 4))
     out = []
     for name, fn, sig, consts, aligned, warps in jobs:
         k = _compile(fn, sig, consts, aligned, arch, warps)
