@@ -10,8 +10,7 @@ import random
 
 from kvarena.scheduler import Arrival
 from kvarena.spec.errors import ConfigError
-from kvarena.spec.layout import Kind
-from kvarena.spec.models import ArenaConfig, ModelSpec
+from kvarena.spec.models import ArenaConfig, ModelSpec, request_pages
 
 GiB = 1 << 30
 
@@ -58,17 +57,8 @@ def kv_budget(model: str) -> tuple[int, str]:
 
 
 def request_demand(model: ModelSpec, page_size: int, tokens: int) -> dict[str, int]:
-    """Pages per class for a request of ``tokens`` prefilled tokens (worst_case_demand, per request)."""
-    full = -(-tokens // page_size)
-    out: dict[str, int] = {}
-    for c in model.classes:
-        if c.kind is Kind.FULL:
-            out[c.name] = full
-        elif c.kind is Kind.WINDOW:
-            out[c.name] = min(full, -(-c.window // page_size) + 1)
-        else:
-            out[c.name] = 1
-    return out
+    """Pages per class for a request of ``tokens`` prefilled tokens (the spec's per-request count)."""
+    return request_pages(model, page_size, tokens)
 
 
 def build_trace(config: ArenaConfig, seed: int = 0, scale: float = 1.0) -> list[Arrival]:

@@ -162,20 +162,24 @@ class ArenaConfig:
             raise ConfigError("max_context_len must be > 0")
 
 
-def worst_case_demand(config: ArenaConfig) -> dict[str, int]:
-    """Pages one request of ``context_len`` tokens needs at its peak, per class."""
-    ps = config.page_size
+def request_pages(model: ModelSpec, page_size: int, tokens: int) -> dict[str, int]:
+    """Pages per class that a request holding ``tokens`` tokens needs at once."""
+    full_pages = -(-tokens // page_size)
     demand: dict[str, int] = {}
-    full_pages = -(-config.context_len // ps)
-    for c in config.model.classes:
+    for c in model.classes:
         if c.kind is Kind.FULL:
             demand[c.name] = full_pages
         elif c.kind is Kind.WINDOW:
             # a window of W tokens not aligned to a page touches ceil(W/ps)+1 pages
-            demand[c.name] = min(full_pages, -(-c.window // ps) + 1)
+            demand[c.name] = min(full_pages, -(-c.window // page_size) + 1)
         else:
             demand[c.name] = 1
     return demand
+
+
+def worst_case_demand(config: ArenaConfig) -> dict[str, int]:
+    """Pages one request of ``context_len`` tokens needs at its peak, per class."""
+    return request_pages(config.model, config.page_size, config.context_len)
 
 
 # ---------------------------------------------------------------------------------------------
