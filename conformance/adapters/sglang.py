@@ -1,6 +1,6 @@
 """kvarena's adapter protocol over SGLang 0.5.23's real unified-memory allocator, on CPU torch.
 
-    pip install --no-deps sglang==0.5.23 && pip install msgspec      # msgspec: one of sglang's own deps
+    pip install --no-deps sglang==0.5.23 msgspec==0.22.0      # msgspec: one of sglang's own dependencies
     kvarena conform --impl kvarena.conformance.adapters.sglang:make --level safety --examples 200
 
 What runs is SGLang's own code, imported from the installed wheel (never copied here):
@@ -62,11 +62,12 @@ How kvarena's model is laid onto theirs
   (``UnknownPageError``); SGLang maps it to the sink page 0.  The adapter checks its own id map first.
 * **Ledger users** map onto SGLang's event and gate machinery:
 
-  - ``FORWARD_READ`` / ``FORWARD_WRITE``: a stand-in for ``torch.cuda.Event`` that fires when every
-    user live at the time has released.  The adapter calls ``set_latest_forward_done_event`` with it on
-    every member after each acquire and release (compaction sources go to ``_pending_reuse`` until it
-    fires), and ``set_inflight_forward(event, tokens)`` with the pages of every live writer (the write
-    set a non-urgent flush must not move; one forward in flight stands for all live users).
+  - ``FORWARD_READ`` / ``FORWARD_WRITE`` (and, conservatively, every other live user): a stand-in for
+    ``torch.cuda.Event`` that fires when every user live at the time has released.  The adapter calls
+    ``set_latest_forward_done_event`` with it on every member after each acquire and release
+    (compaction sources go to ``_pending_reuse`` until it fires), and ``set_inflight_forward(event,
+    tokens)`` with the pages of every live writer (the write set a non-urgent flush must not move; one
+    forward in flight stands for all live users).
   - ``HOST_SAVE`` / ``HOST_LOAD``: ``host_transfer_move_gate`` (closed while one is live);
     ``NET_SEND`` / ``NET_RECV``: ``disagg_move_gate``; both installed with their ``install_move_gate``.
   - Waiting.  An urgent flush, ``make_room`` and an urgent pending-reuse drain *wait* on the forward
@@ -89,9 +90,13 @@ How kvarena's model is laid onto theirs
   ``max_req_len``), so it accepts configurations kvarena refuses; under ``make`` the adapter also refuses
   what kvarena's floor refuses (``strict_floor``), so the harness's construction comparison is not
   exercised here.  tests/sglang measures the difference on its own (docs/sglang-findings.md).
+* **Self-check.**  ``observe()`` first runs SGLang's own idle-time diagnostic
+  (``_chain_byte_accounting_violations``) and raises :class:`SGLangStateError` on anything it reports.
 * Lazy compaction is on (``make``): SGLang serving requires it (``handle_unified_memory_pool``), and move
   gates assert it.  ``make_eager`` builds eager ENDs; it has no protection for users (eager compaction
-  runs inside ``free``), so it is for traces without users only.
+  runs inside ``free``), so it is for traces without users only.  ``make_forwarding_double_free`` hands a
+  drop of an already-freed page to SGLang's ``free`` before refusing it (a caller with a double-free bug);
+  ``SGLangArena(config, skip_zero_cap=False)`` hands ``compact(0)`` to SGLang as is.
 
 Stubs (``sys.modules`` entries installed before the first import; the allocator path never executes them)
 ------------------------------------------------------------------------------------------------------
@@ -226,7 +231,10 @@ def load_sglang() -> SimpleNamespace:
     this module's docstring.  Idempotent; raises :class:`SGLangUnavailable` when sglang is not installed."""
     if _ALLOC_MOD in sys.modules and _POOL_MOD in sys.modules:
         return SimpleNamespace(pool=sys.modules[_POOL_MOD], alloc=sys.modules[_ALLOC_MOD])
-    spec = importlib.util.find_spec("sglang")
+    try:
+        spec = importlib.util.find_spec("sglang")
+    except (ImportError, ValueError):  # ValueError: sys.modules["sglang"] is None (import blocked)
+        spec = None
     if spec is None or not spec.submodule_search_locations:
         raise SGLangUnavailable(f"sglang is not installed: pip install --no-deps sglang=={SGLANG_VERSION}")
     if importlib.util.find_spec("msgspec") is None:
@@ -501,7 +509,9 @@ class SGLangArena:
         try:
             self.pool = ump.UnifiedKVPool(total_bytes=total, sub_pool_specs=list(specs.values()), device="cpu",
                                           enable_memory_saver=False, page_size=ps)
-        except RuntimeError as e:  # "fits only N slots ... leaves no room for real data"
+        except RuntimeError as e:
+            if "leaves no room for real data" not in str(e):
+                raise
             raise CapacityTooSmallError(f"SGLang's UnifiedKVPool refuses {total} B: {e}") from None
 
         self.ledger = _Ledger()
@@ -813,10 +823,12 @@ class SGLangArena:
                 del self.zombies[v]
                 c, vp = self._decode(v)
                 by_cls.setdefault(c, []).append(vp)
+        marks = self._history_marks()
         with _cpu_streams():
             for c in self.order:
                 if by_cls.get(c):
                     self.allocs[c].free(self._tokens(c, by_cls[c]))
+        _count(self._moves_since(marks), "moves in frees (eager compaction)")
 
     _free_moved_zombies = _free_unheld_zombies
 

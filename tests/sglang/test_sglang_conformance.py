@@ -135,6 +135,7 @@ def test_lockstep_holds_at_safety_nightly() -> None:
     """``make slow``: the profile in force (nightly: random seeds), at most 500 examples."""
     profile = settings()
     t0 = time.perf_counter()
+    sga.STATS.clear()
     run_lockstep(sga.make, "safety", settings(profile, max_examples=min(profile.max_examples, 500)))
     figures("lockstep at safety, nightly", t0)
 
@@ -226,6 +227,7 @@ def test_double_free_consequences() -> None:
         a.drop("r2", [p1])
     state = a.allocs["state"]
     assert -1 in state._free_phys_pages.tolist()
+    assert state.free_virtual_ids.tolist().count(a._decode(p1)[1]) == 2  # the virtual page can be handed out twice
     assert SG.alloc._chain_byte_accounting_violations(list(a.allocs.values())) == []  # their diagnostic: silent
     v = a.admit("r3", {"state": 1}).pages["state"][0]
     assert int(state.virtual_to_physical[a._decode(v)[1]]) == -1  # bound to physical page -1 ...
