@@ -34,11 +34,12 @@ use_interpreter()  # in case another test module imported kvarena.gpu first, wit
 # Shrinking is for humans reading a report; a kill only needs the first failure.
 KILL_PHASES = [Phase.explicit, Phase.reuse, Phase.generate]
 CI_STEPS = settings.get_profile("ci").stateful_step_count
-# Examples per (path, steps per example). Hypothesis draws another example sequence below 100 examples (a kill
-# seen at 200 can vanish at 80), so every budget is 100: the kills need at most 66 of them, and the control runs
-# pass the same 100. The slowest kills: recurrent-slot-not-zeroed at example 52 (torch), partial-row-move 52 and
-# zero-kernel-skips-first-word 66 (interpreter), withheld-freed-by-first-release 47 (torch, 80 steps).
-BUDGETS = {("torch", CI_STEPS): 100, ("interpreter", CI_STEPS): 100, ("torch", 80): 100}
+# Examples per (path, steps per example). The kills seen need at most 66 examples, but which derandomized
+# examples come first varied with the process's import history (see tests/quality/test_mutants.py), so every
+# budget leaves a margin of 3x; the control runs pass the same budgets. The slowest kills: recurrent-slot-not-zeroed
+# at example 52 (torch), partial-row-move 52 and zero-kernel-skips-first-word 66 (interpreter),
+# withheld-freed-by-first-release 47 (torch, 80 steps).
+BUDGETS = {("torch", CI_STEPS): 300, ("interpreter", CI_STEPS): 200, ("torch", 80): 300}
 # Exceptions that mean the mutant broke the code rather than planted a bug a check should find.
 BROKEN = {"NameError", "SyntaxError", "ImportError", "ModuleNotFoundError", "AttributeError", "TypeError",
           "UnboundLocalError", "NotImplementedError", "InterpreterError", "CompilationError", "RuntimeError"}
