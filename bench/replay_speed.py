@@ -13,21 +13,14 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import platform
-import subprocess
 import sys
 from pathlib import Path
+
+from _provenance import machine_line, python_line, write
 
 from kvarena.replay import compare
 from kvarena.replay_trace import kv_budget
 from kvarena.spec.models import ArenaConfig, preset
-
-
-def _sh(*cmd: str) -> str:
-    try:
-        return subprocess.run(cmd, capture_output=True, text=True, check=False).stdout.strip()
-    except OSError:
-        return "?"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,9 +44,8 @@ def main(argv: list[str] | None = None) -> int:
         f"# replay speed, {today}",
         "",
         f"- command: `{command}`",
-        f"- machine: `{_sh('uname', '-a') or platform.platform()}`, nproc {os.cpu_count()}, "
-        f"load average before the run {load}",
-        f"- python {platform.python_version()}, commit {_sh('git', 'rev-parse', '--short', 'HEAD') or '?'}",
+        machine_line(load),
+        python_line(),
         f"- model {args.model}, {budget}, {len(trace):,} requests, scale {args.scale:g}, "
         "invariants " + (f"every {args.check_every} steps" if args.check_every else "at the end only"),
         "",
@@ -65,11 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         "slide, free, acquire and release calls; wall time includes the scheduler model's bookkeeping.",
         "",
     ])
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"replay-{today}.md"
-    path.write_text(text)
-    print(text)
-    print(f"wrote {path}")
+    write(args.out, f"replay-{today}.md", text)
     return 0
 
 

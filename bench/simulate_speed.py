@@ -13,23 +13,16 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
+
+from _provenance import machine_line, python_line, write
 
 from kvarena.simulate import simulate
 from kvarena.workloads import PRESET_WORKLOADS, kv_budget
 
 LIMIT_S = 120.0
-
-
-def _sh(*cmd: str) -> str:
-    try:
-        return subprocess.run(cmd, capture_output=True, text=True, check=False).stdout.strip()
-    except OSError:
-        return "?"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,10 +49,8 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"- command: `{command}` (each preset as `kvarena simulate --workload NAME"
         + (f" --mem-fraction {args.mem_fraction:g}" if args.mem_fraction != 0.9 else "") + "`)",
-        f"- machine: `{_sh('uname', '-a') or platform.platform()}`, nproc {os.cpu_count()}, "
-        f"load average before the run {load} (other jobs shared the cores: compare CPU seconds)",
-        f"- python {platform.python_version()}, commit {_sh('git', 'rev-parse', '--short', 'HEAD') or '?'} "
-        "plus the working tree",
+        machine_line(load) + " (other jobs may share the cores: compare CPU seconds)",
+        python_line() + " plus the working tree",
         f"- limit: {LIMIT_S:.0f} s wall per preset (all its configurations)",
         "",
         "| preset | configurations | requests | wall s | CPU s | within limit | wall s per configuration |",
@@ -67,11 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         *rows,
         "",
     ])
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"simulate-{today}.md"
-    path.write_text(text)
-    print(text)
-    print(f"wrote {path}")
+    write(args.out, f"simulate-{today}.md", text)
     return 0
 
 

@@ -1,0 +1,34 @@
+"""Where a benchmark ran: what every results file in bench/results/ records next to its table."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+from pathlib import Path
+
+
+def sh(*cmd: str) -> str:
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, check=False).stdout.strip()
+    except OSError:
+        return "?"
+
+
+def machine_line(load: str) -> str:
+    """``load`` is the load average taken before the run: a busy machine slows every column alike."""
+    return (f"- machine: `{sh('uname', '-a') or platform.platform()}`, nproc {os.cpu_count()}, "
+            f"load average before the run {load}")
+
+
+def python_line() -> str:
+    return f"- python {platform.python_version()}, commit {sh('git', 'rev-parse', '--short', 'HEAD') or '?'}"
+
+
+def write(out: Path, name: str, text: str) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / name
+    path.write_text(text)
+    print(text)
+    print(f"wrote {path}")
+    return path
