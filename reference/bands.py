@@ -9,7 +9,7 @@ ledger user).  Slots outside the span belong to the gaps.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from enum import Enum
 
@@ -125,7 +125,7 @@ class BandView:
     lo: int
     hi: int
     hole_count: int
-    _first: object  # Callable[[int], list[int]]
+    _first: Callable[[int], list[int]]
 
     @staticmethod
     def of(band: Band) -> BandView:
@@ -133,7 +133,7 @@ class BandView:
                         band.hole_count, band.first_holes)
 
     def first_holes(self, k: int) -> list[int]:
-        return self._first(k)  # type: ignore[operator]
+        return self._first(k)
 
     @property
     def empty(self) -> bool:

@@ -33,10 +33,8 @@ RULES: dict[str, str] = {
 
 
 def _fail(rule: str, msg: str) -> None:
-    err = PlanError(f"{rule} ({RULES[rule]}): {msg}; the policy must plan only moves and placements the spec "
-                    "allows (spec/arena.md §Policies)")
-    err.rule, err.inv = rule, RULES[rule]  # type: ignore[attr-defined]
-    raise err
+    raise PlanError(f"{rule} ({RULES[rule]}): {msg}; the policy must plan only moves and placements the spec "
+                    "allows (spec/arena.md §Policies)", rule, RULES[rule])
 
 
 class _Overlay:

@@ -88,9 +88,17 @@ class DuplicateUserError(ArenaError):
 
 
 class PlanError(ArenaError):
-    """A plan (placements and moves) breaks a rule of the spec; raised by the validator."""
+    """A plan (placements and moves) breaks a rule of the spec; raised by the validator.
+
+    ``rule`` is the validator rule (e.g. ``PLAN-MOVE-WRITER``), ``inv`` the invariant it protects.
+    """
 
     code = "InvalidPlan"
+
+    def __init__(self, message: str, rule: str | None = None, inv: str | None = None) -> None:
+        super().__init__(message)
+        self.rule = rule
+        self.inv = inv
 
 
 class AdmissionRejectedError(ArenaError):
