@@ -1,10 +1,18 @@
-"""The ``kvarena`` command: one subcommand per job. ``kvarena <cmd> --help`` teaches each."""
+"""The ``kvarena`` command: one subcommand per job. ``kvarena <cmd> --help`` teaches each.
+
+Only the chosen subcommand's module is imported, and each imports its optional dependencies inside the
+function that runs it: ``kvarena --help``, ``replay``, ``models`` and ``simulate`` need nothing beyond
+what ``make run`` installs, and a subcommand whose extra is missing says which one to install.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
+
+from kvarena.text import EXIT_BROKEN, UsageError, missing_extra
 
 DESCRIPTION = """\
 kvarena: the executable contract for the unified KV-cache arena of hybrid LLMs.
@@ -15,34 +23,68 @@ kvarena: the executable contract for the unified KV-cache arena of hybrid LLMs.
   kvarena simulate          capacity simulator: split pools vs unified arena vs a vLLM-style pool on the
                             published single-H200 workloads or a trace file (modeled throughput, TTFT)
   kvarena conform           run the conformance vectors and the lockstep machine against an allocator
-                            (--impl package.module:factory, --level safety|decisions|exact)
+                            (--impl package.module:factory, --level safety|decisions|exact)   [conform]
   kvarena vectors           regenerate (--write) or verify (--check) the committed conformance vectors
   kvarena check-policy      check admission policies for safety (state machine + plan validator) and
-                            compare their quality with the default ladder on standard traces
+                            compare their quality with the default ladder on standard traces  [conform]
   kvarena prove             prove every invariant against every transition (Z3), with non-vacuity and
-                            planted bugs replayed in the reference, plus the ladder theorems (--only INV-...)
+                            planted bugs replayed in the reference, plus the ladder theorems   [proofs]
+
+[extra]: the optional dependencies a subcommand needs, pip install 'kvarena[extra]' (or '.[extra]'
+from a checkout); `kvarena <command> --help` works without them.
 """
 
+# subcommand -> (module, function registering its parser)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "replay": ("kvarena.replay", "add_parser"),
+    "models": ("kvarena.models_cmd", "add_parser"),
+    "simulate": ("kvarena.simulate", "add_parser"),
+    "conform": ("kvarena.conformance.cli", "add_conform_parser"),
+    "vectors": ("kvarena.conformance.cli", "add_vectors_parser"),
+    "check-policy": ("kvarena.check_policy", "add_parser"),
+    "prove": ("kvarena.proofs.cli", "add_parser"),
+}
 
-def main(argv: Sequence[str] | None = None) -> int:
+
+def _parser(command: str | None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kvarena", description=DESCRIPTION,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", metavar="<command>")
-    from kvarena import check_policy, models_cmd, replay, simulate
-    from kvarena.conformance import cli as conformance_cli
-    from kvarena.proofs import cli as prove_cli
+    for name in COMMANDS if command is None else (command,):
+        module, register = COMMANDS[name]
+        getattr(importlib.import_module(module), register)(sub)
+    return parser
 
-    replay.add_parser(sub)
-    models_cmd.add_parser(sub)
-    conformance_cli.add_parser(sub)
-    check_policy.add_parser(sub)
-    simulate.add_parser(sub)
-    prove_cli.add_parser(sub)
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
-    return int(args.func(args) or 0)
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = next((a for a in argv if not a.startswith("-")), None)
+    if command not in COMMANDS:
+        if command is not None or not argv:
+            if command is not None:
+                print(f"kvarena: unknown command {command!r}; the commands are {', '.join(COMMANDS)}",
+                      file=sys.stderr)
+            else:
+                print(DESCRIPTION, file=sys.stderr)
+            return EXIT_BROKEN
+        command = None  # `kvarena --help`: the description lists every command without importing them
+    try:
+        parser = _parser(command) if command else argparse.ArgumentParser(
+            prog="kvarena", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+        args = parser.parse_args(argv)
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return EXIT_BROKEN
+        return int(args.func(args) or 0)
+    except UsageError as e:
+        print(f"kvarena {command}: {e}", file=sys.stderr)
+        return EXIT_BROKEN
+    except ModuleNotFoundError as e:
+        message = missing_extra(command or "", e)
+        if message is None:
+            raise
+        print(message, file=sys.stderr)
+        return EXIT_BROKEN
 
 
 if __name__ == "__main__":  # pragma: no cover

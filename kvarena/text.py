@@ -1,0 +1,113 @@
+"""What every subcommand shares: one-line usage errors, missing-extra messages, tables that fit the terminal.
+
+A subcommand raises :class:`UsageError` for input it cannot use (a flag out of range, a preset that does
+not exist); ``kvarena/cli.py`` prints ``kvarena <cmd>: <message>`` on stderr and exits 2, never a
+traceback.  A missing optional dependency is reported the same way, naming the extra that installs it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Sequence
+
+GiB = 1 << 30
+CI_COLUMNS = 100  # CI logs have no terminal: wrap there as on a narrow one
+
+# Exit codes, one convention across conform, check-policy and vectors.
+EXIT_OK, EXIT_VIOLATION, EXIT_BROKEN, EXIT_VACUOUS = 0, 1, 2, 3
+
+# Top-level module -> the extra of pyproject.toml that installs it.
+EXTRA_OF: dict[str, str] = {
+    "hypothesis": "conform",
+    "z3": "proofs",
+    "crosshair": "proofs",
+    "torch": "gpu",
+    "triton": "gpu",
+    "numpy": "gpu",
+    "matplotlib": "plot",
+    "sglang": "sglang",
+    "msgspec": "sglang",
+    "vllm": "vllm",
+    "ray": "ray",
+}
+
+
+class UsageError(Exception):
+    """Input the command cannot use; the message says what to change (exit 2)."""
+
+
+def missing_extra(command: str, err: ModuleNotFoundError) -> str | None:
+    """The one-line message for a missing optional dependency, or None if ``err`` is not one."""
+    root = (err.name or "").split(".")[0]
+    extra = EXTRA_OF.get(root)
+    if extra is None:
+        return None
+    return (f"kvarena {command} needs the '{extra}' extra ({root} is not installed): "
+            f"pip install 'kvarena[{extra}]'  (from a checkout: pip install '.[{extra}]')")
+
+
+def gib(nbytes: float) -> str:
+    """Bytes in GiB as a user types them on the command line."""
+    return f"{nbytes / GiB:.3g} GiB"
+
+
+def columns() -> int:
+    """The width to wrap to: the terminal's, or CI_COLUMNS when there is no terminal or in CI."""
+    if os.environ.get("CI"):
+        return CI_COLUMNS
+    env = os.environ.get("COLUMNS")
+    if env and env.isdigit():
+        return int(env)
+    if not sys.stdout.isatty():
+        return CI_COLUMNS
+    return shutil.get_terminal_size((CI_COLUMNS, 24)).columns
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]], width: int | None = None,
+          keep: int = 1, align: str | None = None) -> str:
+    """A plain-text table; if wider than ``width``, the columns after the first ``keep`` wrap into
+    further blocks, each repeating the key columns, so no line is wider than the terminal.
+
+    ``align`` has one letter per column: ``l`` left, ``r`` right (default: first column left, rest right).
+    """
+    width = width or columns()
+    cells = [[str(h) for h in headers]] + [[_cell(x) for x in r] for r in rows]
+    ncol = len(headers)
+    align = align or ("l" + "r" * (ncol - 1))
+    w = [max(len(r[i]) for r in cells) for i in range(ncol)]
+
+    def render(cols: list[int]) -> list[str]:
+        out = []
+        for k, r in enumerate(cells):
+            parts = [r[i].ljust(w[i]) if align[i] == "l" else r[i].rjust(w[i]) for i in cols]
+            out.append("  ".join(parts).rstrip())
+            if k == 0:
+                out.append("  ".join("-" * w[i] for i in cols))
+        return out
+
+    key = list(range(min(keep, ncol)))
+    key_w = sum(w[i] + 2 for i in key)
+    blocks: list[list[int]] = []
+    cur: list[int] = []
+    used = key_w
+    for i in range(len(key), ncol):
+        if cur and used + w[i] + 2 > width:
+            blocks.append(cur)
+            cur, used = [], key_w
+        cur.append(i)
+        used += w[i] + 2
+    if cur or not blocks:
+        blocks.append(cur)
+    return "\n\n".join("\n".join(render(key + b)) for b in blocks)
+
+
+def _cell(x: object) -> str:
+    if isinstance(x, bool) or x is None:
+        return "-" if x is None else str(x)
+    if isinstance(x, int):
+        return f"{x:,}"
+    if isinstance(x, float):
+        return f"{x:,.3g}" if abs(x) < 1000 else f"{x:,.0f}"
+    return str(x)
