@@ -4,36 +4,65 @@ from __future__ import annotations
 
 import argparse
 
+from kvarena.spec.errors import ConfigError
 from kvarena.spec.layout import entry_layout, page_bytes
-from kvarena.spec.models import PRESETS, TOY_MODELS, preset
+from kvarena.spec.models import PRESETS, TOY_MODELS, ArenaConfig, ModelSpec, preset
+from kvarena.text import UsageError, table
+
+EPILOG = """\
+columns: rows = tensors per entry (one per layer and part: k, v, conv, ssm, ...); entry B = bytes of one
+token's (or one recurrent state's) rows; page B = bytes of one page: --page-size entries for full and
+window classes, one entry for a recurrent class.
+
+examples:
+  kvarena models                      every preset
+  kvarena models qwen3.5-4b           one preset: its source, assumptions and row offsets
+  kvarena models --page-size 16       page bytes at 16 tokens per page
+"""
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("models", help="list model presets and their entry / page geometry",
                        description="List every model preset: its state classes (full / window / recurrent), "
-                                   "rows per entry, entry and page bytes, and the numbers that are assumptions.")
+                                   "rows per entry, entry and page bytes, and the numbers that are assumptions.",
+                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("name", nargs="?", help="one preset to show in detail (rows and offsets)")
-    p.add_argument("--page-size", type=int, default=64, help="tokens per page of token classes (default 64)")
+    p.add_argument("--page-size", type=int, default=64,
+                   help="tokens per page of token classes: a power of two (default 64)")
     p.add_argument("--toys", action="store_true", help="include the toy geometries used by tests")
     p.set_defaults(func=run)
 
 
+def _model(name: str) -> ModelSpec:
+    if name not in PRESETS and name not in TOY_MODELS:
+        raise UsageError(f"unknown model {name!r}; the presets are {', '.join(PRESETS)} "
+                         f"(toy geometries for tests: {', '.join(TOY_MODELS)})")
+    return preset(name)
+
+
+def _check_page_size(model: ModelSpec, page_size: int) -> None:
+    """The arena's own rule (ArenaConfig.validate), so this command accepts exactly what an arena does."""
+    try:
+        ArenaConfig(model, capacity=1, page_size=page_size).validate()
+    except ConfigError as e:
+        raise UsageError(f"--page-size {page_size}: {e}") from None
+
+
 def run(args: argparse.Namespace) -> int:
     names = [args.name] if args.name else list(PRESETS) + (list(TOY_MODELS) if args.toys else [])
-    print(f"{'model':<22} {'class':<8} {'kind':<10} {'rows':>5} {'entry B':>12} {'page B':>14}")
-    for name in names:
-        m = preset(name)
+    models = [_model(n) for n in names]
+    _check_page_size(models[0], args.page_size)
+    rows = [(m.name, c.name, c.kind.value, len(c.rows), entry_layout(c).entry_bytes, page_bytes(c, args.page_size))
+            for m in models for c in m.classes]
+    print(table(("model", "class", "kind", "rows", "entry B", "page B"), rows, keep=2, align="lllrrr"))
+    if args.name:
+        m = models[0]
+        print(f"\nsource: {m.source}")
+        for a in m.assumptions:
+            print(f"assumption: {a}")
         for c in m.classes:
-            lay = entry_layout(c)
-            print(f"{m.name:<22} {c.name:<8} {c.kind.value:<10} {len(c.rows):>5} {lay.entry_bytes:>12,} "
-                  f"{page_bytes(c, args.page_size):>14,}")
-        if args.name:
-            print(f"  source: {m.source}")
-            for a in m.assumptions:
-                print(f"  assumption: {a}")
-            for c in m.classes:
-                for s in entry_layout(c).slots[:8]:
-                    print(f"  {c.name}: L{s.row.layer} {s.row.part} {s.row.shape} {s.row.dtype} @ {s.offset}")
-                if len(c.rows) > 8:
-                    print(f"  {c.name}: ... {len(c.rows) - 8} more rows")
+            for s in entry_layout(c).slots[:8]:
+                print(f"  {c.name}: L{s.row.layer} {s.row.part} {s.row.shape} {s.row.dtype} @ {s.offset}")
+            if len(c.rows) > 8:
+                print(f"  {c.name}: ... {len(c.rows) - 8} more rows")
     return 0
