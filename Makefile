@@ -8,7 +8,7 @@ PYTEST_WORKERS ?= 2
 # `make test` is deterministic everywhere (the derandomized ci profile); `make slow` explores.
 export HYPOTHESIS_PROFILE ?= ci
 
-.PHONY: run test lint fast quality slow vectors clean
+.PHONY: run test lint fast quality slow vectors wheel clean
 
 # The reference needs only sortedcontainers: `make run` stays quick on a fresh machine.
 $(RUN_STAMP): pyproject.toml
@@ -38,8 +38,14 @@ slow: $(TEST_STAMP)
 vectors: $(TEST_STAMP)
 	$(VENV)/bin/kvarena vectors --write
 
+# A wheel to install elsewhere (docs/ci.md): dist/kvarena-<version>-py3-none-any.whl, spec and vectors inside.
+# build/ goes first: setuptools would otherwise package files left there by an earlier build.
+wheel: $(RUN_STAMP)
+	rm -rf build
+	$(PY) -m pip wheel -q --disable-pip-version-check --no-deps -w dist .
+
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis .ruff_cache
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis .ruff_cache
 
 # SGLang 0.5.23's real unified allocator under the conformance harness at `safety`
 # (conformance/adapters/sglang.py, findings in docs/sglang-findings.md). sglang is installed without its
