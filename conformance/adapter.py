@@ -34,6 +34,8 @@ Shapes the harness expects (checked; a wrong shape is an :class:`AdapterError` n
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -254,8 +256,17 @@ def check_adapter(alloc: Any, order: Sequence[str], where: str = "the allocator"
         raise AdapterError(f"{where}.order is {list(got)}; the chain order (low end first) is {list(order)}")
 
 
+def default_level(spec: str | None) -> str:
+    """``exact`` for kvarena's own implementations (gpu/, the reference), ``safety`` for anyone else's: a
+    third-party allocator keeps its own placement policy and is held to the invariants, not to the
+    reference's choices."""
+    return "exact" if (spec or DEFAULT_IMPL) in (DEFAULT_IMPL, REFERENCE_ALIAS) else "safety"
+
+
 def load_factory(spec: str | None) -> tuple[str, Any]:
-    """``package.module:attr`` (or ``reference``) -> (name, factory). AdapterError when it cannot be loaded."""
+    """``package.module:attr`` (or ``reference``) -> (name, factory). AdapterError when it cannot be loaded.
+    Modules import from the current directory too (like ``python -m``): the adapter may live in the
+    engine's checkout."""
     spec = spec or DEFAULT_IMPL
     if spec == REFERENCE_ALIAS:
         from kvarena.reference.arena import Arena
@@ -265,6 +276,8 @@ def load_factory(spec: str | None) -> tuple[str, Any]:
     if not sep or not mod_name or not attr:
         raise AdapterError(f"--impl {spec!r}: expected package.module:factory (a callable config -> allocator), "
                            f"or {REFERENCE_ALIAS!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
     try:
         mod = importlib.import_module(mod_name)
     except ImportError as e:

@@ -35,14 +35,21 @@ examples:
   kvarena conform --impl mypkg.kv_adapter:make --level decisions --examples 300
   kvarena conform --impl mypkg.kv_adapter:make --level safety --vectors my_vectors/ --examples 0
 
-in an engine's CI (one step; non-zero exit fails the job and prints the shrunk reproducing trace):
-  - run: pip install kvarena && kvarena conform --impl myengine.kvarena_adapter:make --level decisions
+in an engine's CI (docs/ci.md; non-zero exit fails the job and prints the shrunk reproducing trace):
+  kvarena conform --impl myengine.kvarena_adapter:make --junit-xml kvarena.xml
   or, with pytest (the kvarena plugin is installed with the package):
-  - run: pytest --kvarena-impl=myengine.kvarena_adapter:make --kvarena-level=decisions
+  pytest --kvarena-impl=myengine.kvarena_adapter:make --kvarena-level=safety
 
-exit status: 0 all passed; 1 a divergence (the failing step, both sides' answers and the trace that
-led there are printed); 2 the adapter, a vector file or the arguments are broken (the message names
-the missing method, the file and line, or the import that failed).
+every run prints a coverage table: steps per operation, admissions accepted (by rung) and refused,
+pages placed and moved (and moved under a reader), frees the ledger deferred, withheld pages released,
+refusals by error class, rows read back after a move, vectors completed vs stopped early, and per
+invariant ID the steps that could have broken it. A PASS over a run that exercised nothing is VACUOUS.
+
+exit status: 0 pass; 1 a divergence (the failing step, both sides' answers, the invariant it breaks and
+the trace that led there); 2 broken input: the adapter, a vector file or the arguments (the message
+names the missing method, the file and line, or the import that failed); 3 vacuous: nothing meaningful
+was exercised (no admission accepted, or no vector got past its first refusal and no machine step
+placed a page), with the coverage table and what to change.
 See conformance/README.md ("Don't Panic") for the protocol and how to read a divergence.
 """
 
@@ -52,6 +59,8 @@ are generated from the reference by the scenarios of kvarena/conformance/scenari
   --write   regenerate them (review the diff: a change means the reference's behaviour changed)
   --check   verify the committed files are exactly what the reference generates now (exit 1 if not)
   --list    list the files, what each covers and its size
+
+exit status: 0 ok; 1 a committed file differs from the reference; 2 broken input (no such directory).
 """
 
 
@@ -68,8 +77,11 @@ def add_conform_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--impl", default=None, metavar="MODULE:FACTORY",
                    help=f"the factory building your allocator from an ArenaConfig, as package.module:callable; "
                         f"'{REFERENCE_ALIAS}' for the reference itself (default: {DEFAULT_IMPL}, at exact)")
-    p.add_argument("--level", choices=LEVELS, default="exact", help="how closely to agree with the reference "
-                                                                     "(default exact)")
+    p.add_argument("--level", choices=LEVELS, default=None,
+                   help="how closely to agree with the reference. Default: exact for kvarena's own gpu/ and the "
+                        "reference (ports of the spec's ladder must place pages exactly as it does); safety for "
+                        "any other --impl, since a third-party allocator has its own placement policy and is held "
+                        "to the invariants, not to the reference's choices")
     p.add_argument("--vectors", default=None, metavar="DIR",
                    help="a directory (or one file) of *.jsonl vectors (default: the committed set); 'none' skips them")
     p.add_argument("--examples", type=int, default=100, metavar="N",
@@ -80,6 +92,12 @@ def add_conform_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-deep", action="store_true",
                    help="do not run kvarena.reference.invariants on an Arena-like implementation (observation "
                         "checks only)")
+    p.add_argument("--json", action="store_true", help="print the report (results and coverage numbers) as JSON")
+    p.add_argument("--junit-xml", metavar="FILE", help="also write the report as JUnit XML: one test case per "
+                                                        "vector file and per invariant of the machine run")
+    p.add_argument("--trace-lines", type=int, default=None, metavar="N",
+                   help="trace lines a divergence prints (default 30; 0: the whole trace)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     p.add_argument("-v", "--verbose", action="store_true", help="list every vector file's result")
     p.set_defaults(func=run_conform)
 
@@ -96,25 +114,33 @@ def add_vectors_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run_conform(args: argparse.Namespace) -> int:
+    import json
     from pathlib import Path
 
-    from kvarena.conformance.adapter import AdapterError, load_factory
+    from kvarena.conformance.adapter import AdapterError, default_level, load_factory
     from kvarena.conformance.runner import EXIT_BROKEN, conform
     from kvarena.conformance.vectors import VECTOR_DIR, VectorFormatError
 
-    if args.examples < 0 or args.steps < 1:
-        print("kvarena conform: --examples must be >= 0 and --steps >= 1", file=sys.stderr)
+    if args.examples < 0 or args.steps < 1 or (args.trace_lines is not None and args.trace_lines < 0):
+        print("kvarena conform: --examples and --trace-lines must be >= 0 and --steps >= 1", file=sys.stderr)
         return EXIT_BROKEN
     vectors = None if args.vectors == "none" else Path(args.vectors) if args.vectors else VECTOR_DIR
+    level = args.level or default_level(args.impl)
+    progress = None if args.quiet else (lambda line: print(f"kvarena conform: {line}", file=sys.stderr, flush=True))
     try:
         name, factory = load_factory(args.impl)
-        report = conform(factory, level=args.level, vectors=vectors, examples=args.examples, impl=name,
-                         steps=args.steps, seed=args.seed, deep=not args.no_deep)
+        report = conform(factory, level=level, vectors=vectors, examples=args.examples, impl=name,
+                         steps=args.steps, seed=args.seed, deep=not args.no_deep, progress=progress,
+                         trace_lines=args.trace_lines)
     except (AdapterError, VectorFormatError) as e:
         kind = "vector file" if isinstance(e, VectorFormatError) else "adapter"
         print(f"kvarena conform: broken {kind}: {e}", file=sys.stderr)
         return EXIT_BROKEN
-    print(report.format(verbose=args.verbose))
+    if args.junit_xml:
+        from kvarena.conformance import junit
+
+        junit.write(report, args.junit_xml)
+    print(json.dumps(report.to_json(), indent=2) if args.json else report.format(verbose=args.verbose))
     return report.exit_code
 
 
@@ -125,6 +151,9 @@ def run_vectors(args: argparse.Namespace) -> int:
     from kvarena.conformance import vectors
 
     directory = Path(args.dir) if args.dir else vectors.VECTOR_DIR
+    if not args.write and not directory.is_dir():
+        print(f"kvarena vectors: {directory} is not a directory of vector files; pass --dir DIR", file=sys.stderr)
+        return 2
     if args.write:
         written = vectors.write_all(directory)
         total = sum(n for _, n in written)

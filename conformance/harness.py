@@ -19,15 +19,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from kvarena.conformance.adapter import (
     AdapterError,
     Observation,
-    arena_like,
     as_observation,
-    check_adapter,
     ids_of,
     observe,
     page_of,
@@ -35,10 +33,9 @@ from kvarena.conformance.adapter import (
     plan_of,
     tag_of,
 )
-from kvarena.conformance.checks import Geometry, HeldPage, check_observation
+from kvarena.conformance.checks import Geometry
 from kvarena.reference.arena import Arena
-from kvarena.spec.errors import ArenaError, InvariantViolation, PlanError
-from kvarena.spec.layout import Kind
+from kvarena.spec.errors import ArenaError, PlanError
 from kvarena.spec.models import ArenaConfig, preset
 from kvarena.spec.types import UserKind
 
@@ -449,11 +446,12 @@ def construct_pair(factory: Callable[[ArenaConfig], Any], config: ArenaConfig, l
     """Build the reference and the implementation for ``config`` and compare the outcome (the feasibility
     floor): (arena, alloc), (None, None) when both refuse, or (arena, None) when only the implementation
     refuses at ``safety`` (it may be stricter).  Divergence otherwise."""
+    ref_error = ""
     try:
         ref: Any = Arena(config)
         ref_code = None
     except ArenaError as e:
-        ref, ref_code = None, e.code
+        ref, ref_code, ref_error = None, e.code, str(e)
     try:
         imp = build(factory, config)
         imp_code = None
@@ -466,375 +464,17 @@ def construct_pair(factory: Callable[[ArenaConfig], Any], config: ArenaConfig, l
         closer = getattr(imp, "close", None)
         if callable(closer):
             closer()
-        raise Divergence(f"INV-FEASIBILITY-FLOOR: the reference refuses {cfg} ({ref_code}) but the implementation "
-                         "builds it", inv="INV-FEASIBILITY-FLOOR")
+        if ref_code != "CapacityTooSmall":  # an invalid configuration, not a floor question
+            raise Divergence(f"config divergence: the reference refuses the configuration {cfg} with {ref_code} "
+                             f"({ref_error}) but the implementation builds it; refuse the same configurations "
+                             "(kvarena.spec.models.ArenaConfig.validate states the rules)")
+        raise Divergence(f"INV-FEASIBILITY-FLOOR: the reference refuses {cfg} ({ref_code}: {ref_error}) but the "
+                         "implementation builds it", inv="INV-FEASIBILITY-FLOOR")
     if ref_code is None and imp_code == "CapacityTooSmall" and level == "safety":
         return ref, None
     raise Divergence(f"construct {cfg}: the reference {'builds it' if ref_code is None else 'raises ' + ref_code}, "
                      f"the implementation {'builds it' if imp_code is None else 'raises ' + imp_code}")
 
 
-# ---------------------------------------------------------------------------------------------
-# The conductor
-
-
-@dataclass
-class UserRecord:
-    kind: str
-    pages: list[tuple[int, str, int]]  # (handle, class, slot on the implementation at acquire time)
-
-
-@dataclass
-class Conductor:
-    """Runs each step on the oracle and (if any) the implementation, and compares them at ``level``."""
-
-    geo: Geometry
-    oracle: Any  # LiveReference or a RecordedOracle
-    impl: Side | None = None
-    level: str = "exact"
-    deep: bool = True  # also run kvarena.reference.invariants on an Arena-like implementation
-    factory: Callable[[ArenaConfig], Any] | None = None  # for `construct` steps
-    record_snapshots: bool = False
-    allow_dead: bool = True  # rules may name freed handles' old ids (not in vectors: ids are reused)
-    config_json: dict = field(default_factory=dict)
-    where: Callable[[], str] = lambda: ""  # e.g. "file.jsonl:17" for a vector
-    steps: list[dict] = field(default_factory=list)  # the trace so far (op lines and notes)
-    users: dict[str, UserRecord] = field(default_factory=dict)
-    expected: dict[int, dict[tuple[int, int], int]] = field(default_factory=dict)  # handle -> rows -> tag
-    serial: int = 0
-    nstep: int = 0
-    _obs: Observation | None = None
-    _last_snapshot: dict | None = None
-
-    def __post_init__(self) -> None:
-        if self.impl is not None:
-            check_adapter(self.impl.alloc, self.geo.order)
-            self._obs = self.impl.observe()
-            self.check_after("construct", unchanged=False)
-
-    # -- names ---------------------------------------------------------------------------------
-    def fresh(self, prefix: str) -> str:
-        self.serial += 1
-        return f"{prefix}{self.serial}"
-
-    @property
-    def order(self) -> tuple[str, ...]:
-        return self.geo.order
-
-    # -- one step --------------------------------------------------------------------------------
-    def run(self, op: str, **args: Any) -> Expect:
-        """One step on both sides; returns the reconciled outcome (ok only if the step took effect)."""
-        self.nstep += 1
-        if op == "construct":
-            return self._construct(args)
-        exp = self.oracle.apply(op, args)
-        line: dict[str, Any] = {"step": self.nstep, "op": op, "args": args, "expect": exp.to_json(op)}
-        self.steps.append(line)
-        if self.record_snapshots:
-            snap = self.oracle.snapshot().to_json()
-            if snap != self._last_snapshot:
-                line["snapshot"] = snap
-                self._last_snapshot = snap
-        if self.impl is None:
-            self._bookkeep(op, args, exp)
-            return exp
-        out = self.impl.apply(op, args)
-        result = self._reconcile(op, args, exp, out)
-        unchanged = (not exp.ok and not out.ok) or (op in ("read", "translate"))
-        self.check_after(op, unchanged=unchanged, out=out if out.ok and exp.ok else None, args=args)
-        return result
-
-    def _construct(self, args: Mapping[str, Any]) -> Expect:
-        exp = self.oracle.construct(args)
-        self.steps.append({"step": self.nstep, "op": "construct", "args": dict(args),
-                           "expect": exp.to_json("construct")})
-        if self.impl is None or self.factory is None:
-            return exp
-        config = config_from_json(args["config"])
-        try:
-            imp = build(self.factory, config)
-            code = None
-        except ArenaError as e:
-            imp, code = None, e.code
-        closer = getattr(imp, "close", None)
-        if callable(closer):
-            closer()
-        stricter = self.level == "safety" and exp.ok and code == "CapacityTooSmall"
-        if code != exp.code and not stricter:
-            self.fail(f"construct {json.dumps(args['config'])}: the reference "
-                      f"{'builds it' if exp.ok else 'raises ' + str(exp.code)}, the implementation "
-                      f"{'builds it' if code is None else 'raises ' + code}",
-                      inv="INV-FEASIBILITY-FLOOR" if code is None else None)
-        return exp
-
-    def fail(self, message: str, inv: str | None = None) -> None:
-        where = self.where()
-        head = f"{where}: " if where else ""
-        raise Divergence(f"{head}step {self.nstep} at level {self.level}: {message}", inv=inv,
-                         trace=self.format_trace())
-
-    def format_trace(self, limit: int = 400) -> str:
-        lines = self.steps[-limit:]
-        skipped = len(self.steps) - len(lines)
-        out = [f"config: {json.dumps(self.config_json)}",
-               "trace (JSON lines; pages are logical handles, see conformance/vectors/FORMAT.md):"]
-        if skipped:
-            out.append(f"  ... {skipped} earlier lines")
-        out.extend("  " + json.dumps({k: v for k, v in s.items() if k != "snapshot"}) for s in lines)
-        return "\n".join(out)
-
-    # -- bookkeeping shared by both sides ------------------------------------------------------
-    def _bookkeep(self, op: str, args: Mapping[str, Any], exp: Expect) -> None:
-        if not exp.ok:
-            return
-        if op in FREEING:
-            for h in exp.freed or ():
-                self.expected.pop(h, None)
-        elif op == "write":
-            self.expected.setdefault(args["page"], {})[(args["entry"], args["row"])] = args["tag"]
-        elif op == "acquire":
-            pages = []
-            if self.impl is not None:
-                assert self._obs is not None
-                for p in args["pages"]:
-                    vid = self.impl.h.resolve(p)
-                    pages.append((p, *self._obs.v2p.get(vid, ("?", -1))))
-            self.users[args["user"]] = UserRecord(args["kind"], pages)
-        elif op == "release":
-            self.users.pop(args["user"], None)
-
-    def _reconcile(self, op: str, args: Mapping[str, Any], exp: Expect, out: Outcome) -> Expect:
-        level = self.level
-        if out.foreign:
-            self.fail(f"{op} {json.dumps(args)}: the implementation raised {type(out.error).__name__}: {out.error}; "
-                      f"the reference {self._describe(op, exp)}. Raise kvarena.spec.errors classes only")
-        if exp.ok and out.ok:
-            self._compare_returns(op, args, exp, out)
-            self._bookkeep(op, args, exp)
-            return exp
-        if not exp.ok and not out.ok:
-            if exp.code != out.code:
-                self.fail(f"{op} {json.dumps(args)}: the reference raises {exp.code}, the implementation "
-                          f"{out.describe()}")
-            if exp.code == REJECTED and level != "safety" and (
-                    dict(exp.shortfall or {}) != dict(out.shortfall or {})
-                    or exp.shortfall_bytes != out.shortfall_bytes):
-                self.fail(f"{op} {json.dumps(args)}: both reject, but the shortfall differs: reference "
-                          f"{exp.shortfall} ({exp.shortfall_bytes} B), implementation {out.shortfall} "
-                          f"({out.shortfall_bytes} B)")
-            return exp
-        refused = exp.code if not exp.ok else out.code  # one side refused, the other did not
-        if level == "safety" and op in PLACEMENT_DEPENDENT and refused == REJECTED:
-            return self._diverged_admission(op, args, exp, out)
-        self.fail(f"{op} {json.dumps(args)}: the reference {self._describe(op, exp)}, the implementation "
-                  f"{out.describe()}")
-        raise AssertionError("unreachable")
-
-    @staticmethod
-    def _describe(op: str, exp: Expect) -> str:
-        if exp.ok:
-            return f"returns {json.dumps(exp.to_json(op)['returns'])}"
-        extra = f" shortfall {exp.shortfall} ({exp.shortfall_bytes} B)" if exp.code == REJECTED else ""
-        return f"raises {exp.code}{extra}"
-
-    def _diverged_admission(self, op: str, args: Mapping[str, Any], exp: Expect, out: Outcome) -> Expect:
-        """At ``safety`` an admission may fit on one side only: undo it there and carry on."""
-        imp = self.impl
-        assert imp is not None
-        if op == "relayout":
-            return Expect(code=REJECTED)
-        if exp.ok:  # the reference placed it, the implementation refused: undo on the reference
-            undo = getattr(self.oracle, "undo_admission", None)
-            if undo is None:
-                raise StopReplay(f"step {self.nstep}: the implementation refused {op} {json.dumps(args)}, which the "
-                                 "reference admitted (allowed at safety); later steps use its pages")
-            undo(op, args, exp)
-            side = "reference"
-        else:  # the implementation placed it: undo there
-            new = [v for vs in out.value.values() for v in vs]
-            try:
-                if op == "admit":
-                    freed = ids_of(imp.alloc.free(args["owner"]), "free")
-                else:
-                    freed = ids_of(imp.alloc.drop(args["owner"], new), "drop")
-            except ArenaError as e:
-                self.fail(f"undoing {op} {json.dumps(args)} on the implementation (it admitted, the reference "
-                          f"rejected) raised {type(e).__name__}: {e}")
-            if sorted(freed) != sorted(new):
-                self.fail(f"undoing {op} {json.dumps(args)} on the implementation freed {sorted(freed)}, not the "
-                          f"{sorted(new)} it had just placed")
-            side = "implementation"
-        self.steps.append({"note": f"safety: step {self.nstep} fits on the {side} only; undone there"})
-        return Expect(code=REJECTED, shortfall=exp.shortfall, shortfall_bytes=exp.shortfall_bytes)
-
-    def _compare_returns(self, op: str, args: Mapping[str, Any], exp: Expect, out: Outcome) -> None:
-        imp = self.impl
-        assert imp is not None
-        exact = self.level == "exact"
-        if op in ADMISSIONS:
-            got: dict[str, list[int]] = out.value
-            want = exp.pages or {}
-            counts_got = {c: len(v) for c, v in got.items()}
-            counts_want = {c: len(v) for c, v in want.items()}
-            if counts_got != counts_want:
-                self.fail(f"{op} {json.dumps(args)}: the implementation returned {counts_got} new pages per class, "
-                          f"the demand is {counts_want}")
-            for c in self.order:
-                for h, v in zip(want.get(c, ()), got.get(c, ())):
-                    if v in imp.h.handle_of:
-                        self.fail(f"{op} {json.dumps(args)}: returned virtual id {v}, which is already live "
-                                  f"(logical page {imp.h.handle_of[v]})", inv="INV-VMAP-BIJECTIVE")
-                    imp.h.bind(h, v)
-            if exact and got != (exp.vids or {}):
-                self.fail(f"{op} {json.dumps(args)}: returned virtual ids {got}, the reference {exp.vids}")
-            if exact and out.plan is not None and exp.plan is not None and out.plan != exp.plan:
-                self.fail(f"{op} {json.dumps(args)}: plan {out.plan}, the reference's {exp.plan}")
-        elif op in FREEING:
-            unknown = [v for v in out.value if v not in imp.h.handle_of]
-            if unknown:
-                self.fail(f"{op} {json.dumps(args)}: reports freeing {unknown}, which are not live pages",
-                          inv="INV-VMAP-BIJECTIVE")
-            freed = [imp.h.handle_of[v] for v in out.value]
-            want_freed = exp.freed or []
-            if sorted(freed) != sorted(want_freed) or (self.level != "safety" and freed != want_freed):
-                self.fail(f"{op} {json.dumps(args)}: freed logical pages {freed}, the reference {want_freed}")
-            for h in freed:
-                imp.h.unbind(h)
-        elif op == "read":  # an unwritten token row (the reference reads None) may read anything
-            if exp.value is not None and out.value != exp.value:
-                self.fail(f"read {json.dumps(args)}: got {out.value}, the reference {exp.value}",
-                          inv="INV-PAGE-ATOMIC")
-        elif op == "translate":
-            want_t = tuple(exp.value)
-            if out.value[0] != want_t[0] or (exact and tuple(out.value) != want_t):
-                self.fail(f"translate {json.dumps(args)}: got {out.value}, the reference {list(want_t)}")
-        elif op in ("compact", "relayout"):
-            if out.plan is not None and op == "compact" and args["max_moves"] is not None \
-                    and len(out.plan["moves"]) > args["max_moves"]:
-                self.fail(f"compact({args['max_moves']}) moved {len(out.plan['moves'])} pages")
-            if exact and out.plan is not None and exp.plan is not None and out.plan != exp.plan:
-                self.fail(f"{op} {json.dumps(args)}: plan {out.plan}, the reference's {exp.plan}")
-
-    # -- after every step ------------------------------------------------------------------------
-    def check_after(self, op: str, unchanged: bool, out: Outcome | None = None,
-                    args: Mapping[str, Any] | None = None) -> None:
-        """The level's checks on the implementation's state after a step."""
-        imp = self.impl
-        assert imp is not None
-        before = self._obs
-        try:
-            obs = imp.observe()
-        except AdapterError:
-            raise
-        except Exception as e:
-            self.fail(f"observe() raised {type(e).__name__}: {e}")
-        if unchanged and obs != before:
-            self.fail(f"{op} {'was a query' if op in ('read', 'translate') else 'was refused'} but changed the "
-                      f"observable state: {_obs_diff(before, obs)}")
-        snap = self.oracle.snapshot()  # the snapshot in force
-        pages = self.oracle.live_pages()  # live handle -> class
-        try:
-            if self.deep and arena_like(imp.alloc):
-                from kvarena.reference.invariants import check_all
-
-                check_all(imp.alloc)
-            live = {}
-            for h, c in pages.items():
-                if h not in imp.h.vid_of:
-                    self.fail(f"logical page {h} is live in the reference but not on the implementation's side")
-                live[imp.h.vid_of[h]] = c
-            holds = []
-            for u, rec in self.users.items():
-                mode = UserKind(rec.kind).mode
-                for h, c, s in rec.pages:
-                    vid = imp.h.vid_of.get(h)
-                    holds.append(HeldPage(u, mode, c, s, obs.v2p.get(vid) if vid is not None else None))
-            check_observation(obs, self.geo, live, holds)
-        except InvariantViolation as e:
-            self.fail(str(e), inv=e.inv)
-        if op == "translate" and out is not None and args is not None:
-            vid = imp.h.resolve(args["page"])
-            if tuple(out.value) != obs.v2p.get(vid):
-                self.fail(f"translate({vid}) = {out.value} but observe() maps it to {obs.v2p.get(vid)}",
-                          inv="INV-VMAP-BIJECTIVE")
-        self._check_data(pages)
-        if getattr(self.oracle, "fresh", True):  # owners are asserted where a snapshot is given
-            self._check_held(snap)
-        if self.level == "exact":
-            want = snap.observation()
-            if obs != want:
-                self.fail("placement differs from the reference: "
-                          + _obs_diff(want, obs, "reference", "implementation"))
-        self._obs = obs
-
-    def _read(self, vid: int, entry: int, row: int) -> Any:
-        imp = self.impl
-        assert imp is not None
-        try:
-            return tag_of(imp.alloc.read(vid, entry, row))
-        except AdapterError:
-            raise
-        except Exception as e:
-            self.fail(f"read({vid}, {entry}, {row}) of a live page raised {type(e).__name__}: {e}")
-
-    def _check_data(self, pages: Mapping[int, str]) -> None:
-        """INV-PAGE-ATOMIC as data integrity: every written row reads back its last tag; fresh recurrent
-        rows read 0."""
-        imp = self.impl
-        assert imp is not None
-        for h, rows in self.expected.items():
-            vid = imp.h.vid_of[h]
-            for (entry, row), tag in rows.items():
-                got = self._read(vid, entry, row)
-                if got != tag:
-                    self.fail(f"logical page {h} (vid {vid}) entry {entry} row {row} reads {got}, last written {tag} "
-                              "(a move or free lost or mixed rows)", inv="INV-PAGE-ATOMIC")
-        for h, cls in pages.items():
-            if self.geo.kind[cls] is not Kind.RECURRENT:
-                continue
-            vid = imp.h.vid_of[h]
-            written = self.expected.get(h, {})
-            for entry in range(self.geo.entries[cls]):
-                for row in range(self.geo.rows[cls]):
-                    if (entry, row) not in written:
-                        got = self._read(vid, entry, row)
-                        if got != 0:
-                            self.fail(f"recurrent page {h} (vid {vid}) entry {entry} row {row} was never written "
-                                      f"but reads {got}, not 0 (a fresh slot must read as zeroed state)",
-                                      inv="INV-PAGE-ATOMIC")
-
-    def _check_held(self, snap: Snapshot) -> None:
-        imp = self.impl
-        assert imp is not None
-        held = getattr(imp.alloc, "held", None)
-        if not callable(held):
-            return
-        for owner, want in snap.owners.items():
-            try:
-                got_raw = held(owner)
-            except Exception as e:
-                self.fail(f"held({owner!r}) raised {type(e).__name__}: {e}")
-            try:
-                got = {c: [imp.h.handle_of[int(v)] for v in vs] for c, vs in dict(got_raw).items() if len(vs)}
-            except (KeyError, TypeError, ValueError) as e:
-                self.fail(f"held({owner!r}) = {got_raw!r:.200} names {e}, which is not a live page")
-            if got != want:
-                self.fail(f"owner {owner!r} holds {got} (logical pages), the reference {want}",
-                          inv="INV-VMAP-BIJECTIVE")
-
-
-def _obs_diff(a: Observation | None, b: Observation, an: str = "before", bn: str = "after") -> str:
-    if a is None:
-        return "no earlier observation"
-    parts = []
-    for f in ("v2p", "spans", "holes", "withheld"):
-        x, y = getattr(a, f), getattr(b, f)
-        if x != y:
-            keys = sorted(set(x) | set(y), key=str)
-            d = {k: (x.get(k), y.get(k)) for k in keys if x.get(k) != y.get(k)}
-            parts.append(f"{f} ({an}, {bn}): {dict(list(d.items())[:8])}")
-    return "; ".join(parts)
-
-
-__all__ = ["CACHE", "OPS", "Conductor", "Divergence", "Expect", "LiveReference", "Side", "Snapshot",
+__all__ = ["CACHE", "OPS", "Divergence", "Expect", "LiveReference", "Side", "Snapshot",
            "as_observation", "config_from_json", "config_to_json", "construct_pair"]

@@ -30,9 +30,9 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition,
 
 from kvarena.conformance.adapter import LEVELS
 from kvarena.conformance.checks import Geometry
+from kvarena.conformance.conductor import Conductor
 from kvarena.conformance.harness import (
     CACHE,
-    Conductor,
     Divergence,
     LiveReference,
     Side,

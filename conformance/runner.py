@@ -18,12 +18,13 @@ from typing import Any
 
 from kvarena.conformance.adapter import LEVELS, AdapterError, check_adapter
 from kvarena.conformance.checks import Geometry
+from kvarena.conformance.coverage import Coverage, format_coverage, merge, vacuity
 from kvarena.conformance.harness import build
 from kvarena.conformance.vectors import VECTOR_DIR, VectorResult, discover, load, replay
 from kvarena.spec.errors import ArenaError
 from kvarena.spec.models import ArenaConfig, preset
 
-EXIT_OK, EXIT_DIVERGENCE, EXIT_BROKEN = 0, 1, 2
+EXIT_OK, EXIT_DIVERGENCE, EXIT_BROKEN, EXIT_VACUOUS = 0, 1, 2, 3  # kvarena.text's convention
 
 
 @dataclass
@@ -36,6 +37,8 @@ class Report:
     machine_runs: int = 0  # machine examples actually run (generation, and shrinking after a failure)
     machine_status: str = "skipped"  # passed | failed | skipped
     machine_message: str = ""
+    machine_inv: str | None = None
+    machine_coverage: Coverage = field(default_factory=Coverage)
     seconds: float = 0.0
 
     @property
@@ -47,15 +50,35 @@ class Report:
         return not self.failed_vectors and self.machine_status != "failed"
 
     @property
+    def coverage(self) -> Coverage:
+        return merge([*(v.coverage for v in self.vectors), self.machine_coverage])
+
+    @property
+    def vacuous(self) -> str | None:
+        """Why this run exercised nothing meaningful (exit 3), or None."""
+        progress = sum(1 for v in self.vectors if v.status == "passed" or v.coverage.accepted > 0)
+        return vacuity(self.coverage, progress, self.machine_coverage.pages_placed)
+
+    @property
     def exit_code(self) -> int:
-        return EXIT_OK if self.ok else EXIT_DIVERGENCE
+        if not self.ok:
+            return EXIT_DIVERGENCE
+        return EXIT_VACUOUS if self.vacuous else EXIT_OK
+
+    @property
+    def verdict(self) -> str:
+        return "FAIL" if not self.ok else "VACUOUS" if self.vacuous else "PASS"
+
+    def vector_counts(self) -> tuple[int, int, int]:
+        n = {s: sum(1 for v in self.vectors if v.status == s) for s in ("passed", "stopped", "failed")}
+        return n["passed"], n["stopped"], n["failed"]
 
     def format(self, verbose: bool = False) -> str:
-        n = {s: sum(1 for v in self.vectors if v.status == s) for s in ("passed", "failed", "stopped")}
+        done, stopped, failed = self.vector_counts()
         steps = sum(v.steps_run for v in self.vectors)
         out = [f"kvarena conform: impl {self.impl}, level {self.level}"]
         if self.vectors:
-            out.append(f"vectors: {n['passed']} passed, {n['failed']} failed, {n['stopped']} stopped early "
+            out.append(f"vectors: {done} passed, {failed} failed, {stopped} stopped early "
                        f"({len(self.vectors)} files, {steps} steps, {self.vector_dir})")
         else:
             out.append("vectors: not run")
@@ -67,14 +90,35 @@ class Report:
         else:
             out.append(f"machine: {self.machine_status} ({self.examples} examples requested, {self.machine_runs} run "
                        "in all; lockstep with the reference on the toy models)")
+        out.append("")
+        out.extend(format_coverage(self.coverage, (done, stopped, failed) if self.vectors else None))
         for i, v in enumerate(self.failed_vectors):
             out.append(f"\nDIVERGENCE in vector {v.path.name}" + (f" [{v.inv}]" if v.inv else "") + ":")
             out.append(v.message if i == 0 or verbose else (v.summary or v.message.splitlines()[0]))
         if self.machine_status == "failed":
-            out.append("\nDIVERGENCE in the lockstep machine (the shrunk failing example):")
+            out.append("\nDIVERGENCE in the lockstep machine" + (f" [{self.machine_inv}]" if self.machine_inv else "")
+                       + " (the shrunk failing example):")
             out.append(self.machine_message)
-        out.append(f"\nresult: {'PASS' if self.ok else 'FAIL'} at level {self.level} ({self.seconds:.1f} s)")
+        why = self.vacuous if self.ok else None
+        if why:
+            out.append(f"\nVACUOUS: {why}.")
+        out.append(f"\nresult: {self.verdict} at level {self.level} ({self.seconds:.1f} s)")
         return "\n".join(out)
+
+    def to_json(self) -> dict[str, Any]:
+        done, stopped, failed = self.vector_counts()
+        return {
+            "impl": self.impl, "level": self.level, "result": self.verdict, "exit_code": self.exit_code,
+            "vacuous": self.vacuous, "seconds": round(self.seconds, 3),
+            "vectors": {"completed": done, "stopped_early": stopped, "failed": failed, "dir": self.vector_dir,
+                        "files": [{"file": v.path.name, "status": v.status, "steps_run": v.steps_run,
+                                   "steps": v.steps, "inv": v.inv, "message": v.summary or v.message}
+                                  for v in self.vectors]},
+            "machine": {"status": self.machine_status, "examples": self.examples, "runs": self.machine_runs,
+                        "inv": self.machine_inv, "message": self.machine_message,
+                        "coverage": self.machine_coverage.to_json()},
+            "coverage": self.coverage.to_json(),
+        }
 
 
 def smoke(factory: Callable[[ArenaConfig], Any], config: ArenaConfig | None = None) -> None:
@@ -104,10 +148,14 @@ def machine_settings(examples: int, steps: int = 50, seed: int | None = None) ->
     return settings(**kw)
 
 
+Progress = Callable[[str], None]
+
+
 def conform(factory: Callable[[ArenaConfig], Any], level: str = "exact", vectors: Path | str | None = VECTOR_DIR,
             examples: int = 100, impl: str = "", steps: int = 50, seed: int | None = None,
-            deep: bool = True) -> Report:
-    """Run the vectors (``vectors`` None: skip) and ``examples`` lockstep machine examples at ``level``."""
+            deep: bool = True, progress: Progress | None = None, trace_lines: int | None = None) -> Report:
+    """Run the vectors (``vectors`` None: skip) and ``examples`` lockstep machine examples at ``level``.
+    ``progress`` gets a line after each vector file and every few seconds of the machine."""
     if level not in LEVELS:
         raise AdapterError(f"level {level!r}: choose one of {', '.join(LEVELS)}")
     t0 = time.perf_counter()
@@ -117,28 +165,46 @@ def conform(factory: Callable[[ArenaConfig], Any], level: str = "exact", vectors
         files = discover(vectors)
         report.vector_dir = str(vectors)
         loaded = [load(f) for f in files]  # every file parses before any runs
-        for vec in loaded:
-            report.vectors.append(replay(vec, factory, level, deep=deep))
+        for i, vec in enumerate(loaded, 1):
+            r = replay(vec, factory, level, deep=deep, trace_lines=trace_lines)
+            report.vectors.append(r)
+            if progress is not None:
+                progress(f"vectors {i}/{len(loaded)}: {vec.path.name} {r.status} ({r.steps_run}/{r.steps} steps, "
+                         f"{time.perf_counter() - t0:.0f} s)")
     if examples > 0:
-        report.machine_runs, report.machine_status, report.machine_message = _machine(
-            factory, level, examples, steps, seed, deep)
+        m = _machine(factory, level, examples, steps, seed, deep, progress, t0)
+        report.machine_runs, report.machine_status, report.machine_message, report.machine_inv, \
+            report.machine_coverage = m
     report.seconds = time.perf_counter() - t0
     return report
 
 
+PROGRESS_EVERY_S = 5.0
+
+
 def _machine(factory: Callable[[ArenaConfig], Any], level: str, examples: int, steps: int, seed: int | None,
-             deep: bool) -> tuple[int, str, str]:
+             deep: bool, progress: Progress | None = None, t0: float = 0.0
+             ) -> tuple[int, str, str, str | None, Coverage]:
     from hypothesis import seed as hypothesis_seed
     from hypothesis.stateful import get_state_machine_test
 
     from kvarena.conformance.lockstep import lockstep_for
 
     runs = [0]
+    cov = Coverage()
+    last = [time.perf_counter()]
     base = lockstep_for(factory, level, deep)
 
     class Counted(base):  # type: ignore[valid-type, misc]
         def teardown(self) -> None:
             runs[0] += 1
+            if self.c is not None:
+                cov.__iadd__(self.c.cov)
+            now = time.perf_counter()
+            if progress is not None and now - last[0] >= PROGRESS_EVERY_S:
+                last[0] = now
+                progress(f"machine: {runs[0]}/{examples} examples, {sum(cov.ops.values()):,} steps "
+                         f"({now - t0:.0f} s)")
             super().teardown()
 
     Counted.__name__ = Counted.__qualname__ = f"Lockstep_{level}"
@@ -151,5 +217,6 @@ def _machine(factory: Callable[[ArenaConfig], Any], level: str, examples: int, s
         raise
     except AssertionError as e:
         notes = "\n".join(str(n) for n in getattr(e, "__notes__", ()))  # Hypothesis: the shrunk rule calls
-        return runs[0], "failed", str(e) + (f"\n\nas Hypothesis rule calls:\n{notes}" if notes else "")
-    return runs[0], "passed", ""
+        message = str(e) + (f"\n\nas Hypothesis rule calls:\n{notes}" if notes else "")
+        return runs[0], "failed", message, getattr(e, "inv", None), cov
+    return runs[0], "passed", "", None, cov

@@ -18,7 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kvarena.conformance.harness import CACHE, Conductor, Expect
+from kvarena.conformance.conductor import Conductor
+from kvarena.conformance.harness import CACHE, Expect
 from kvarena.conformance.lockstep import RULES, RandomChooser
 from kvarena.spec.models import ArenaConfig, preset
 

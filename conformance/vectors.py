@@ -21,13 +21,14 @@ from typing import Any
 
 from kvarena.conformance.adapter import AdapterError
 from kvarena.conformance.checks import Geometry
+from kvarena.conformance.conductor import Conductor
+from kvarena.conformance.coverage import Coverage
 from kvarena.conformance.harness import (
     ADMISSIONS,
     CONFIG_FIELDS,
     FREEING,
     OPS,
     REJECTED,
-    Conductor,
     Divergence,
     Expect,
     LiveReference,
@@ -388,10 +389,11 @@ class VectorResult:
     message: str = ""
     inv: str | None = None
     summary: str = ""  # the failing step's one-line description (message adds the trace)
+    coverage: Coverage = field(default_factory=Coverage)  # what the implementation was made to do
 
 
 def replay(vec: Vector | Path | str, factory: Callable[[ArenaConfig], Any], level: str,
-           deep: bool = True) -> VectorResult:
+           deep: bool = True, trace_lines: int | None = None) -> VectorResult:
     """Run one vector against ``factory``'s allocator at ``level``."""
     if not isinstance(vec, Vector):
         vec = load(vec)
@@ -408,19 +410,22 @@ def replay(vec: Vector | Path | str, factory: Callable[[ArenaConfig], Any], leve
     oracle = RecordedOracle(vec.initial)
     current = [1]
     side = Side(alloc, geo)
+    cov = Coverage()
+    extra = {} if trace_lines is None else {"trace_lines": trace_lines}
+    c: Conductor | None = None
     try:
         c = Conductor(geo, oracle, side, level=level, deep=deep, factory=factory, config_json=vec.header["config"],
-                      where=lambda: f"{vec.path.name}:{current[0]}")
+                      where=lambda: f"{vec.path.name}:{current[0]}", cov=cov, **extra)
         for st in vec.steps:
             current[0] = st.line
             oracle.current = st
             c.run(st.op, **st.args)
     except StopReplay as e:
-        return VectorResult(vec.path, "stopped", c.nstep, len(vec.steps), str(e))
+        return VectorResult(vec.path, "stopped", c.nstep if c else 0, len(vec.steps), str(e), coverage=cov)
     except Divergence as e:
-        return VectorResult(vec.path, "failed", current[0], len(vec.steps), str(e), e.inv, e.summary)
+        return VectorResult(vec.path, "failed", current[0], len(vec.steps), str(e), e.inv, e.summary, coverage=cov)
     except AdapterError:
         raise
     finally:
         side.close()
-    return VectorResult(vec.path, "passed", len(vec.steps), len(vec.steps))
+    return VectorResult(vec.path, "passed", len(vec.steps), len(vec.steps), coverage=cov)

@@ -84,7 +84,7 @@ def test_conform_renumbered_passes_decisions_fails_exact(capsys: pytest.CaptureF
     impl = "kvarena.conformance.example_adapter:renumbered"
     code, out, _ = _run(capsys, "conform", "--impl", impl, "--level", "decisions", "--vectors", ONE, "--examples", "5")
     assert code == 0, out
-    code, out, _ = _run(capsys, "conform", "--impl", impl, "--vectors", ONE, "--examples", "0")
+    code, out, _ = _run(capsys, "conform", "--impl", impl, "--level", "exact", "--vectors", ONE, "--examples", "0")
     assert code == 1, out
     assert "DIVERGENCE in vector errors-every-code.jsonl" in out and "returned virtual ids" in out
     assert "errors-every-code.jsonl:2: step 1 at level exact" in out

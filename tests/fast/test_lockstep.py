@@ -15,8 +15,9 @@ from hypothesis import Phase, settings
 
 from kvarena.conformance.adapter import AdapterError, Observation
 from kvarena.conformance.checks import Geometry, HeldPage, check_observation
+from kvarena.conformance.conductor import Conductor
 from kvarena.conformance.example_adapter import renumbered
-from kvarena.conformance.harness import Conductor, Divergence, LiveReference, Side
+from kvarena.conformance.harness import Divergence, LiveReference, Side
 from kvarena.conformance.lockstep import RULES, lockstep_for, run_lockstep, start
 from kvarena.conformance.scenarios import walk
 from kvarena.reference.arena import Arena
