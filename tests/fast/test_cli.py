@@ -85,7 +85,7 @@ def test_models_runs_with_only_the_core_dependency() -> None:
 @pytest.mark.parametrize(("argv", "block", "extra"), [
     (["prove", "--only", "INV-NO-OVERLAP", "--no-ladder"], "z3", "proofs"),
     (["prove", "--contracts"], "crosshair z3", "proofs"),
-    (["conform", "--impl", "reference", "--examples", "5"], "hypothesis", "conform"),
+    (["conform", "--impl", "reference", "--examples", "5", "-q"], "hypothesis", "conform"),  # -q: no progress
     (["check-policy"], "hypothesis", "conform"),
 ])
 def test_missing_extra_is_one_line_naming_it(argv: list[str], block: str, extra: str) -> None:
