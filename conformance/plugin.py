@@ -5,7 +5,8 @@
 adds one test item, ``kvarena-conformance[<impl>@<level>]``, that runs the committed vectors and the
 lockstep machine (kvarena.conformance.runner.conform) and fails with the divergence and its shrunk trace.
 Registered as the ``kvarena`` entry point of ``pytest11``; without ``--kvarena-impl`` it does nothing
-(it is loaded in every pytest run of an environment where kvarena is installed).
+(it is loaded in every pytest run of an environment where kvarena is installed).  The factory's module
+imports from pytest's working directory too; a vacuous run (nothing exercised) fails like a divergence.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--kvarena-impl", default=None, metavar="MODULE:FACTORY",
                     help="run the kvarena conformance suite against this factory (config -> allocator); "
                          "'reference' for the reference itself")
-    group.addoption("--kvarena-level", default="exact", choices=LEVELS,
-                    help="safety | decisions | exact (default exact); see `kvarena conform --help`")
+    group.addoption("--kvarena-level", default=None, choices=LEVELS,
+                    help="safety | decisions | exact (default: exact for kvarena's own gpu/ and the reference, "
+                         "safety for any other factory); see `kvarena conform --help`")
     group.addoption("--kvarena-vectors", default=None, metavar="DIR",
                     help="vector directory or file (default: the committed set; 'none' skips them)")
     group.addoption("--kvarena-examples", default=100, type=int, metavar="N",
@@ -53,7 +55,7 @@ class ConformanceItem(pytest.Item):
         except (AdapterError, VectorFormatError) as e:
             kind = "vector file" if isinstance(e, VectorFormatError) else "adapter"
             raise ConformanceFailure(f"broken {kind}: {e}") from None
-        if not report.ok:
+        if report.exit_code != 0:  # a divergence, or a vacuous run that exercised nothing
             raise ConformanceFailure(report.format())
         self.user_properties.append(("kvarena", report.format()))
 
@@ -71,7 +73,9 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     impl = config.getoption("kvarena_impl", None)
     if not impl:
         return
-    level = config.getoption("kvarena_level")
+    from kvarena.conformance.adapter import default_level  # light: no hypothesis until the item runs
+
+    level = config.getoption("kvarena_level") or default_level(impl)
     items.append(ConformanceItem.from_parent(session, name=f"kvarena-conformance[{impl}@{level}]", impl=impl,
                                              level=level, vectors=config.getoption("kvarena_vectors"),
                                              examples=config.getoption("kvarena_examples")))
