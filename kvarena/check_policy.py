@@ -19,19 +19,16 @@ import importlib
 import io
 import os
 import sys
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
-from hypothesis import settings
-from hypothesis.reporting import with_reporter
-from hypothesis.stateful import run_state_machine_as_test
-
-from kvarena.conformance.machine import machine_for
-from kvarena.conformance.profiles import register_profiles
 from kvarena.reference.arena import Arena
 from kvarena.reference.policy import POLICIES, Policy
 from kvarena.spec.errors import PlanError
 from kvarena.spec.models import ArenaConfig, preset
+from kvarena.text import EXIT_OK, EXIT_VIOLATION, UsageError
 
 # Standard traces for the quality comparison: (model preset, capacity bytes, page size, scale).
 STANDARD_TRACES = (
@@ -55,7 +52,7 @@ def load_policy(spec: str) -> Callable[[], Policy]:
     if spec in POLICIES:
         return POLICIES[spec]
     if ":" not in spec:
-        raise SystemExit(f"check-policy: {spec!r} is neither a shipped policy ({', '.join(sorted(POLICIES))}) "
+        raise UsageError(f"{spec!r} is neither a shipped policy ({', '.join(sorted(POLICIES))}) "
                          "nor package.module:Policy")
     mod_name, _, attr = spec.partition(":")
     if os.getcwd() not in sys.path:  # like `python -m`: the policy may live in the project being checked
@@ -63,18 +60,45 @@ def load_policy(spec: str) -> Callable[[], Policy]:
     try:
         factory = getattr(importlib.import_module(mod_name), attr)
     except (ImportError, AttributeError) as e:
-        raise SystemExit(f"check-policy: cannot load {spec!r}: {e}; pass package.module:Policy importable "
-                         "from the current environment") from None
-    probe = factory()
+        raise UsageError(f"cannot load {spec!r}: {type(e).__name__}: {e}; pass package.module:Policy importable "
+                         "from the current directory or environment") from None
+    if not callable(factory):
+        raise UsageError(f"{spec}: {attr!r} is not a class or a zero-argument factory")
+    try:
+        probe = factory()
+    except Exception as e:
+        raise UsageError(f"{spec} cannot be instantiated with no arguments: {type(e).__name__}: {e} "
+                         f"({_own_frame(e) or 'no frame'})") from None
     for method in ("plan", "after_free"):
         if not callable(getattr(probe, method, None)):
-            raise SystemExit(f"check-policy: {spec} has no {method}() method; a policy implements "
+            raise UsageError(f"{spec} has no {method}() method; a policy implements "
                              "plan(arena, demand) -> Plan and after_free(arena) -> Plan | None "
                              "(subclass kvarena.reference.policy.Ladder to inherit both)")
     return factory
 
 
+def _own_frame(e: BaseException) -> str:
+    """The innermost traceback frame outside Hypothesis and kvarena: where the policy's own code raised."""
+    import kvarena.conformance
+    import kvarena.reference
+    import kvarena.spec
+
+    internal = [str(Path(m.__file__).resolve().parent) + os.sep
+                for m in (kvarena.reference, kvarena.conformance, kvarena.spec)] + [str(Path(__file__).parent) + os.sep]
+    frames = traceback.extract_tb(e.__traceback__)
+    own = [f for f in frames if f"{os.sep}hypothesis{os.sep}" not in f.filename
+           and not any(str(Path(f.filename).resolve()).startswith(d) for d in internal)]
+    f = own[-1] if own else (frames[-1] if frames else None)
+    return f"{f.filename}:{f.lineno} in {f.name}: {f.line}" if f else ""
+
+
 def check_safety(name: str, factory: Callable[[], Policy], examples: int | None = None) -> Safety:
+    from hypothesis import settings
+    from hypothesis.reporting import with_reporter
+    from hypothesis.stateful import run_state_machine_as_test
+
+    from kvarena.conformance.machine import machine_for
+
     machine = machine_for(lambda cfg: Arena(cfg, factory()), "PolicyMachine")
     profile = settings.get_profile("ci")
     if examples is not None:
@@ -87,6 +111,12 @@ def check_safety(name: str, factory: Callable[[], Policy], examples: int | None 
         notes = "\n".join(getattr(e, "__notes__", []))
         trace = (out.getvalue() + "\n" + notes).strip()
         return Safety(name, False, getattr(e, "inv", None), getattr(e, "rule", None), str(e), trace)
+    except Exception as e:  # the policy's own code raised: show its frame, not Hypothesis internals
+        notes = "\n".join(getattr(e, "__notes__", []))
+        trace = (out.getvalue() + "\n" + notes).strip()
+        return Safety(name, False, None, "policy raised",
+                      f"the policy raised {type(e).__name__}: {e} at {_own_frame(e)}; a policy's plan() returns a "
+                      "Plan or raises AdmissionRejectedError, and after_free() returns a Plan or None", trace)
     return Safety(name, True)
 
 
@@ -139,7 +169,8 @@ examples:
   kvarena check-policy                                  # the default ladder and every shipped policy
   kvarena check-policy best-fit --examples 500          # one shipped policy, more exploration
   kvarena check-policy mypkg.policies:Greedy            # your own
-exit status: 0 when every policy checked is safe, 1 on any violation.""")
+exit status: 0 when every policy checked is safe; 1 a violation (a broken invariant, a plan the validator
+refuses, a policy that raises); 2 broken input (a policy that cannot be found or instantiated).""")
     p.add_argument("policy", nargs="*", help="package.module:Policy or a shipped name "
                                              f"({', '.join(sorted(POLICIES))}); default: all shipped")
     p.add_argument("--examples", type=int, default=None, help="state-machine runs (default: the ci profile's)")
@@ -149,6 +180,8 @@ exit status: 0 when every policy checked is safe, 1 on any violation.""")
 
 
 def run(args: argparse.Namespace) -> int:
+    from kvarena.conformance.profiles import register_profiles  # hypothesis: the 'conform' extra
+
     register_profiles()
     chosen = {s: load_policy(s) for s in args.policy} if args.policy else dict(POLICIES)
     unsafe = 0
@@ -181,7 +214,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"  quality replay stopped by a violation: {e}")
             quality_failed = True
     print(f"\n{len(chosen) - unsafe} of {len(chosen)} policies safe")
-    return 1 if unsafe or quality_failed or proofs_failed else 0
+    return EXIT_VIOLATION if unsafe or quality_failed or proofs_failed else EXIT_OK
 
 
 if __name__ == "__main__":  # pragma: no cover

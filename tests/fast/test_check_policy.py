@@ -26,8 +26,18 @@ def test_unsafe_policy_is_caught_with_a_shrunk_trace(capsys, policy: str, inv: s
     assert "0 of 1 policies safe" in out
 
 
-def test_bad_policy_path_is_a_clear_error() -> None:
-    with pytest.raises(SystemExit, match="cannot load"):
-        main(["check-policy", "no_such_module:Policy", "--no-quality"])
-    with pytest.raises(SystemExit, match="neither a shipped policy"):
-        main(["check-policy", "not-a-policy"])
+def test_bad_policy_path_is_one_line_exit_2(capsys) -> None:
+    for argv, words in [(["no_such_module:Policy", "--no-quality"], "cannot load 'no_such_module:Policy'"),
+                        (["not-a-policy"], "neither a shipped policy"),
+                        (["tests.quality.unsafe_policies:NeedsArguments"], "cannot be instantiated with no arguments")]:
+        assert main(["check-policy", *argv]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("kvarena check-policy: ") and words in err and "Traceback" not in err, err
+        assert len(err.strip().splitlines()) == 1, err
+
+
+def test_a_policy_that_raises_is_reported_at_its_own_frame(capsys) -> None:
+    assert main(["check-policy", "tests.quality.unsafe_policies:RaisesInPlan", "--no-quality", "--no-proofs"]) == 1
+    out = capsys.readouterr().out
+    assert "VIOLATED" in out and "the policy raised KeyError" in out
+    assert "unsafe_policies.py:" in out and "in plan: raise KeyError" in out, out

@@ -36,3 +36,22 @@ class FillsWithheldHole(Ladder):
                 placements[cls] = (withheld[0], *slots[1:])
                 return Plan(plan.rung, plan.moves, placements, plan.bytes_moved, plan.spans)
         return plan
+
+
+class RaisesInPlan(Ladder):
+    """A policy with a bug of its own: plan() raises on a two-class demand."""
+
+    name = "raises-in-plan"
+
+    def plan(self, arena: Arena, demand: dict[str, int]) -> Plan:
+        if len(demand) >= 2:
+            raise KeyError("policy bug: no such band")  # line checked by test_check_policy
+        return arena.ladder(demand)
+
+
+class NeedsArguments(Ladder):
+    """Cannot be built with no arguments: a broken input, not a violation."""
+
+    def __init__(self, budget: int) -> None:
+        super().__init__()
+        self.budget = budget
