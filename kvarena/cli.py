@@ -85,6 +85,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(message, file=sys.stderr)
         return EXIT_BROKEN
+    except BrokenPipeError:  # `kvarena ... | head`: the reader left; say nothing more
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":  # pragma: no cover
