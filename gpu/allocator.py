@@ -1,30 +1,36 @@
 """The GPU allocator: the adapter protocol (conformance/adapter.py) over a device-resident arena.
 
-Host side: the bands and the ladder (``planner.py``), virtual ids (lowest unbound first), owners with
-reference counts, and the ledger of users. Device side: the arena's bytes and typed views (``arena.py``) and
-the v->p / p->v tables (``tables.py``). Each operation validates everything and plans read-only first
-(spec/arena.md §Notation: an error leaves the state unchanged), then applies the plan to the host bands and
-issues the device work in plan order on the current stream: page moves in batches no destination of which is
-a source (``kernels.move``), table remaps, binds through the batched allocation kernel (``kernels.alloc``),
-zeroing of new recurrent slots (``kernels.zero``). On CPU tensors the kernels run under Triton's interpreter
-(``TRITON_INTERPRET=1``) or as plain torch.
+Host side, in numpy (``hoststate.py``) and the planner's bands (``planner.py``): the source of truth for
+placement — p->v and v->p mirrors, lowest-free virtual ids, owners and reference counts, the ledger. Device
+side: the arena's bytes and typed views (``arena.py``) and the v->p / p->v tables (``tables.py``), written
+through the pinned staging ring (``staging.py``) and never read on the hot path. Each operation validates
+everything and plans read-only first (spec/arena.md §Notation: an error leaves the state unchanged), then
+applies the plan to the host state and issues the device work in plan order on the current stream: page moves
+in batches no destination of which is a source (``kernels.move``), table remaps, binds, zeroing of every
+handed-out page (``kernels.zero``). The batched engine calls (``admit_batch`` / ``extend_batch`` /
+``free_batch``, ``batch.py``) are the same operations for a whole scheduler step.
 
-``make(config, device)`` is the factory for ``kvarena conform --impl kvarena.gpu.allocator:make``.
+``make(config, device)`` is the factory for ``kvarena conform --impl kvarena.gpu.allocator:make``;
+``make(config, device="meta")`` builds every device tensor on torch's meta device (tests/fast/test_gpu_batch.py).
 """
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
 import torch
 
 from kvarena.gpu.arena import DeviceArena
-from kvarena.gpu.kernels.move import move_pages
+from kvarena.gpu.batch import BatchOps
+from kvarena.gpu.hoststate import LiveMap, OwnerLog, VidPool
+from kvarena.gpu.kernels.move import check_moves, move_slots
 from kvarena.gpu.kernels.translate import translate_tokens
-from kvarena.gpu.kernels.zero import zero_pages
+from kvarena.gpu.kernels.zero import zero_slots
 from kvarena.gpu.planner import Band, Ladder, Ledger, Role, View, cdiv, float_hints, place
+from kvarena.gpu.results import Admission, BatchResult, Hold, User
+from kvarena.gpu.staging import Staging
 from kvarena.gpu.tables import Tables
 from kvarena.spec.errors import (
     CapacityTooSmallError,
@@ -45,55 +51,41 @@ def _is_int(x: object) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
-@dataclass(frozen=True)
-class Admission:
-    """What admit / extend return: the new virtual pages per class and the plan that placed them."""
-
-    pages: dict[str, tuple[int, ...]]
-    plan: Plan
-
-
-@dataclass(frozen=True)
-class Hold:
-    cls: str
-    slot: int  # where the page was when acquired (a hold does not follow a move)
-    vid: int
-
-
-@dataclass(frozen=True)
-class User:
-    kind: UserKind
-    holds: tuple[Hold, ...]
-
-
-class GpuArena:
+class GpuArena(BatchOps):
     """The unified arena on a torch device; the same observable behaviour as the spec, to the slot."""
 
-    def __init__(self, config: ArenaConfig, device: str | torch.device = "cpu") -> None:
+    def __init__(self, config: ArenaConfig, device: str | torch.device = "cpu",
+                 events: Any = None) -> None:
         config.validate()
         self.config = config
         self.capacity = config.capacity
         classes = chain(config.model)
         self.order = [c.name for c in classes]
+        self.cidx = {c: i for i, c in enumerate(self.order)}
         self.bands: dict[str, Band] = {}
         for i, c in enumerate(classes):
             role = Role.LOW if i == 0 else Role.HIGH if i == len(classes) - 1 else Role.FLOAT
-            self.bands[c.name] = Band(c.name, role, config.page_bytes(c.name), config.capacity)
+            band = Band(c.name, role, config.page_bytes(c.name), config.capacity)
+            band.live = LiveMap(band.top)  # type: ignore[assignment]
+            self.bands[c.name] = band
         self._chain = [self.bands[n] for n in self.order]
         self.ledger = Ledger()
         self.ladder = Ladder(self._chain, float_hints(config), self.ledger)
         self._check_floor()  # before any device memory is taken
         self.device = torch.device(device)
         self.mem = DeviceArena(config, self.device)
-        self.tables = Tables(self.order, self.mem.top, self.device)
-        self.v2p: dict[int, tuple[str, int]] = {}  # host mirror of the device tables, for validation
-        self._free_ids: list[int] = []  # min-heap of unbound ids below _next_id
-        self._next_id = 0
-        self.owners: dict[str, dict[str, dict[int, None]]] = {}  # owner -> class -> ordered set of vids
-        self.refs: dict[int, int] = {}
+        self.staging = Staging(self.device, events=events)
+        self.tables = Tables(self.order, self.mem.top, self.device, self.staging)
+        n_vids = self.tables.n_vids
+        self.vcls = np.full(n_vids, -1, dtype=np.int64)  # host v->p: class index (-1 unbound) and slot
+        self.vslot = np.full(n_vids, -1, dtype=np.int64)
+        self.refs = np.zeros(n_vids, dtype=np.int64)
+        self.pool = VidPool()
+        self.owners = OwnerLog(len(self.order))
         self.users: dict[str, User] = {}
         self._written: dict[int, set[tuple[int, int]]] = {}  # token rows written: None vs a tag only
-        self.stats = {"moves": {2: 0, 3: 0}, "bytes_moved": {2: 0, 3: 0}, "move_launches": 0}
+        self.stats = {"moves": {2: 0, 3: 0}, "bytes_moved": {2: 0, 3: 0}, "move_launches": 0, "zero_launches": 0,
+                      "released_by_event": 0}
 
     def _check_floor(self) -> None:
         worst = worst_case_demand(self.config)
@@ -105,6 +97,22 @@ class GpuArena:
                 f"{need + max(b.page_bytes for b in self._chain)} B or lower max_context_len")
 
     # =========================================================================================
+    # Host mirrors
+
+    def _loc(self, v: object) -> tuple[str, int] | None:
+        """(class, slot) of bound virtual page ``v`` from the host mirror; None if unbound."""
+        if not isinstance(v, (int, np.integer)) or not 0 <= v < len(self.vcls) or self.vcls[v] < 0:
+            return None
+        return self.order[self.vcls[v]], int(self.vslot[v])
+
+    @property
+    def v2p(self) -> dict[int, tuple[str, int]]:
+        """The host mirror as a dict (diagnostics; the hot path never builds it)."""
+        vids = np.flatnonzero(self.vcls >= 0)
+        return {v: (self.order[c], s) for v, c, s in zip(vids.tolist(), self.vcls[vids].tolist(),
+                                                          self.vslot[vids].tolist())}
+
+    # =========================================================================================
     # Validation (raises before anything changes)
 
     def _demand(self, demand: Mapping[str, int]) -> dict[str, int]:
@@ -114,13 +122,13 @@ class GpuArena:
         for cls, n in demand.items():
             if cls not in self.bands:
                 raise InvalidArgumentError(f"demand names class {cls!r}; use one of {self.order}")
-            if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+            if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 0:
                 raise InvalidArgumentError(f"demand for {cls!r} must be an int >= 0 pages, got {n!r}")
             if n > self.bands[cls].top:
                 raise InvalidArgumentError(f"demand of {n} {cls!r} pages exceeds the {self.bands[cls].top} pages "
                                            "the whole arena holds; split the request or raise capacity")
             if n:
-                out[cls] = n
+                out[cls] = int(n)
         total = sum(n * self.bands[c].page_bytes for c, n in out.items())
         if total > self.capacity:
             raise InvalidArgumentError(f"demand of {total} B exceeds the arena's {self.capacity} B and can never "
@@ -132,26 +140,27 @@ class GpuArena:
         if len(set(vids)) != len(vids):
             raise InvalidArgumentError(f"{what}: duplicate virtual page ids {sorted(vids)}; name each page once")
         for v in vids:
-            if v not in self.v2p:
+            if self._loc(v) is None:
                 raise UnknownPageError(f"{what}: virtual page {v} is not bound (never allocated or already "
                                        "freed); pass only pages returned by admit/extend and still owned")
-        return vids
+        return [int(v) for v in vids]
 
     def plan_admission(self, demand: Mapping[str, int]) -> Plan:
         """What admitting ``demand`` would do, without doing it (read-only)."""
         return self.ladder.admission(self._demand(demand))
 
-    def _owner(self, owner: str) -> dict[str, dict[int, None]]:
-        held = self.owners.get(owner)
-        if held is None:
+    def _row(self, owner: str) -> int:
+        row = self.owners.rows.get(owner)
+        if row is None:
             raise UnknownOwnerError(f"owner {owner!r} holds no pages; admit it first")
-        return held
+        return row
 
     # =========================================================================================
     # Admission
 
     def admit(self, owner: str, demand: Mapping[str, int], shared: Sequence[int] = ()) -> Admission:
         """A new owner with new pages per ``demand`` plus existing ``shared`` pages (a prefix-cache hit)."""
+        self.poll()
         if owner in self.owners:
             raise DuplicateOwnerError(f"owner {owner!r} is already admitted; use extend() to grow it, or free() "
                                       "it first")
@@ -159,26 +168,29 @@ class GpuArena:
         shared = self._bound(shared, f"admit({owner!r}) shared")
         plan = self.ladder.admission(d)
         pages = self._apply(plan)
-        held: dict[str, dict[int, None]] = {c: {} for c in self.order}
-        for v in (*shared, *(v for vs in pages.values() for v in vs)):
-            held[self.v2p[v][0]][v] = None
-            self.refs[v] = self.refs.get(v, 0) + 1
-        self.owners[owner] = held
+        row = self.owners.add(owner)
+        new = [v for c in self.order for v in pages.get(c, ())]
+        self._hold(row, np.array([*shared, *new], dtype=np.int64))
         return Admission({c: tuple(vs) for c, vs in pages.items()}, plan)
 
     def extend(self, owner: str, demand: Mapping[str, int]) -> Admission:
         """More pages for an existing owner (decode growth, a longer prefill)."""
-        held = self._owner(owner)
+        self.poll()
+        row = self._row(owner)
         plan = self.ladder.admission(self._demand(demand))
         pages = self._apply(plan)
-        for c, vs in pages.items():
-            for v in vs:
-                held[c][v] = None
-                self.refs[v] = self.refs.get(v, 0) + 1
+        self._hold(row, np.array([v for c in self.order for v in pages.get(c, ())], dtype=np.int64))
         return Admission({c: tuple(vs) for c, vs in pages.items()}, plan)
+
+    def _hold(self, row: int, vids: np.ndarray) -> None:
+        """``row`` acquires ``vids`` (in order): one log append, one reference each."""
+        if len(vids):
+            self.owners.append(np.full(len(vids), row, dtype=np.int64), self.vcls[vids], vids)
+            np.add.at(self.refs, vids, 1)
 
     def compact(self, max_moves: int | None = None) -> Plan:
         """Rung 2 alone (idle-time flush): pack the end bands, at most ``max_moves`` moves."""
+        self.poll()
         if max_moves is not None and (not isinstance(max_moves, int) or isinstance(max_moves, bool)
                                       or max_moves < 0):
             raise InvalidArgumentError(f"compact: max_moves must be None or an int >= 0, got {max_moves!r}")
@@ -189,6 +201,7 @@ class GpuArena:
 
     def relayout(self, demand: Mapping[str, int]) -> Plan:
         """Rung 3 alone, on the current ends: move the floats to open room for ``demand`` (not placed)."""
+        self.poll()
         d = self._demand(demand)
         if not any(not b.empty or d.get(b.name) for b in self._chain[1:-1]):
             return Plan(Rung.NONE)  # no float band to move
@@ -211,16 +224,45 @@ class GpuArena:
             self._retarget(self.bands[cls], t, end, [m for m in plan.moves if m.cls == cls])
         self._device_moves(plan.moves)
         pages: dict[str, list[int]] = {}
+        cls_parts, vid_parts, slot_parts = [], [], []
         for cls in self.order:
             slots = plan.placements.get(cls, ())
             if slots:
-                pages[cls] = [self._bind(self.bands[cls], s) for s in slots]
-                self.tables.bind(cls, pages[cls], slots)
-                if self.mem.is_recurrent(cls):  # a fresh recurrent slot reads as zeroed state
-                    zero_pages(self.mem.words, slots, self.bands[cls].page_bytes)
+                band = self.bands[cls]
+                for s in slots:
+                    self._claim(band, s)
+                vids = self.pool.take(len(slots))
+                sl = np.asarray(slots, dtype=np.int64)
+                band.live.put(sl, vids)  # type: ignore[attr-defined]
+                c = self.cidx[cls]
+                self.vcls[vids], self.vslot[vids] = c, sl
+                pages[cls] = vids.tolist()
+                cls_parts.append(np.full(len(vids), c, dtype=np.int64))
+                vid_parts.append(vids)
+                slot_parts.append(sl)
+        if vid_parts:
+            self._device_bind(np.concatenate(cls_parts), np.concatenate(vid_parts), np.concatenate(slot_parts))
         for b in self._chain:
             b.absorb()
         return pages
+
+    def _device_bind(self, classes: np.ndarray, vids: np.ndarray, slots: np.ndarray) -> None:
+        """New pages on the device: both tables (one upload, two scatters), then every new page zeroed, one
+        launch per class (a fresh page reads as zeros: no bytes of its previous owner leak)."""
+        self.tables.bind(classes, vids, slots)
+        order = np.argsort(classes, kind="stable")
+        cs, ss = classes[order], slots[order]
+        dev = self.staging.upload(ss)
+        cuts = np.flatnonzero(np.diff(cs)) + 1
+        for a, b in zip([0, *cuts.tolist()], [*cuts.tolist(), len(cs)]):
+            zero_slots(self.mem.words, dev[a:b], self._chain[int(cs[a])].page_bytes)
+            self.stats["zero_launches"] += 1
+
+    def _claim(self, band: Band, slot: int) -> None:
+        if band.lo <= slot < band.hi:
+            band.holes.remove(slot)
+        else:
+            band.grow_onto(slot)
 
     def _retarget(self, band: Band, t: int, end: int, moves: list[Move]) -> None:
         """A float's span becomes [t, end): widened with holes, its pages outside moved in, the rest trimmed."""
@@ -241,7 +283,7 @@ class GpuArena:
         vid = band.live.pop(m.src)
         band.holes.remove(m.dst)
         band.live[m.dst] = vid
-        self.v2p[vid] = (m.cls, m.dst)
+        self.vslot[vid] = m.dst
         self._vacate(band, m.src)
 
     def _device_moves(self, moves: Sequence[Move]) -> None:
@@ -256,12 +298,18 @@ class GpuArena:
                 dsts.add(moves[j].dst)
                 j += 1
             batch = moves[i:j]
-            src, dst = [m.src for m in batch], [m.dst for m in batch]
-            move_pages(self.mem.words, src, dst, self.bands[cls].page_bytes)
-            self.tables.remap(cls, [self.bands[cls].live[d] for d in dst], src, dst)
-            rung = 3 if self.bands[cls].role is Role.FLOAT else 2  # floats move only at rung 3, ends at 2
+            band = self.bands[cls]
+            src = np.array([m.src for m in batch], dtype=np.int64)
+            dst = np.array([m.dst for m in batch], dtype=np.int64)
+            check_moves(src.tolist(), dst.tolist(), band.page_bytes, self.mem.words.numel() * 8 // band.page_bytes)
+            n = len(src)
+            dev = self.staging.upload(np.concatenate([src, dst, band.live.arr[dst]]))  # type: ignore[attr-defined]
+            c = self.cidx[cls]
+            move_slots(self.mem.words, dev[:n], dev[n:2 * n], band.page_bytes,
+                       remap=(dev[2 * n:], self.tables.v2p[c], self.tables.p2v[c]))  # one launch: bytes and tables
+            rung = 3 if band.role is Role.FLOAT else 2  # floats move only at rung 3, ends at 2
             self.stats["moves"][rung] += len(batch)
-            self.stats["bytes_moved"][rung] += len(batch) * self.bands[cls].page_bytes
+            self.stats["bytes_moved"][rung] += len(batch) * band.page_bytes
             self.stats["move_launches"] += 1
             i = j
 
@@ -272,109 +320,137 @@ class GpuArena:
         else:
             band.holes.add(slot)
 
-    def _bind(self, band: Band, slot: int) -> int:
-        if band.lo <= slot < band.hi:
-            band.holes.remove(slot)
-        else:
-            band.grow_onto(slot)
-        if self._free_ids:
-            vid = heapq.heappop(self._free_ids)
-        else:
-            vid, self._next_id = self._next_id, self._next_id + 1
-        band.live[slot] = vid
-        self.v2p[vid] = (band.name, slot)
-        self._written.pop(vid, None)
-        return vid
+    def _vacate_many(self, band: Band, slots: np.ndarray) -> None:
+        if not self.ledger.readers and not self.ledger.writers:  # no users: every slot is a hole
+            band.holes.update(slots.tolist())
+            return
+        for s in slots.tolist():
+            self._vacate(band, s)
 
     # =========================================================================================
     # Ownership
 
     def share(self, owner: str, vids: Sequence[int]) -> None:
         """``owner`` (e.g. the prefix cache) also holds ``vids``; creates the owner if new."""
+        self.poll()
         vids = self._bound(vids, f"share({owner!r})")
-        held = self.owners.get(owner)
-        if held is not None:
-            dup = [v for v in vids if v in held[self.v2p[v][0]]]
+        row = self.owners.rows.get(owner)
+        if row is not None:
+            mine = set(self.owners.vid[self.owners.entries(row)].tolist())
+            dup = [v for v in vids if v in mine]
             if dup:
                 raise InvalidArgumentError(f"share({owner!r}): already holds {dup}; an owner holds a page once")
         else:
-            held = self.owners[owner] = {c: {} for c in self.order}
-        for v in vids:
-            held[self.v2p[v][0]][v] = None
-            self.refs[v] += 1
+            row = self.owners.add(owner)
+        self._hold(row, np.array(vids, dtype=np.int64))
 
     def drop(self, owner: str, vids: Sequence[int]) -> list[int]:
         """``owner`` lets go of ``vids``; returns the pages whose last owner that was (now freed)."""
-        held = self._owner(owner)
+        self.poll()
+        row = self._row(owner)
         vids = list(vids)
         if len(set(vids)) != len(vids):
             raise InvalidArgumentError(f"drop({owner!r}): duplicate ids {sorted(vids)}; name each page once")
-        missing = [v for v in vids if v not in self.v2p or v not in held[self.v2p[v][0]]]
+        idx = self.owners.entries(row)
+        mine = set(self.owners.vid[idx].tolist())
+        missing = [v for v in vids if self._loc(v) is None or v not in mine]
         if missing:
             raise DoubleFreeError(f"drop({owner!r}): owner does not hold {missing} (double free, or another "
                                   "owner's page); drop only pages this owner holds")
-        for v in vids:
-            del held[self.v2p[v][0]][v]
-        return self._unref(vids)
+        arr = np.array(vids, dtype=np.int64)
+        self.owners.kill(idx[np.isin(self.owners.vid[idx], arr)])
+        return self._unref(arr)
 
     def slide(self, owner: str, cls: str, n: int) -> list[int]:
         """Drop the ``n`` oldest ``cls`` pages ``owner`` holds (window pages that slid out)."""
-        held = self._owner(owner)
+        self.poll()
+        row = self._row(owner)
         if cls not in self.bands:
             raise InvalidArgumentError(f"slide: unknown class {cls!r}; use one of {self.order}")
-        if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n <= len(held[cls]):
-            raise InvalidArgumentError(f"slide({owner!r}, {cls!r}, {n!r}): owner holds {len(held[cls])} {cls} "
-                                       f"pages; n must be in [0, {len(held[cls])}]")
-        out = list(held[cls])[:n]
-        for v in out:
-            del held[cls][v]
+        idx = self.owners.entries(row, self.cidx[cls])
+        if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n <= len(idx):
+            raise InvalidArgumentError(f"slide({owner!r}, {cls!r}, {n!r}): owner holds {len(idx)} {cls} "
+                                       f"pages; n must be in [0, {len(idx)}]")
+        idx = idx[:n]
+        out = self.owners.vid[idx].copy()
+        self.owners.kill(idx)
         return self._unref(out)
 
     def free(self, owner: str) -> list[int]:
         """``owner`` lets go of every page it holds, all classes; the owner is forgotten."""
-        held = self._owner(owner)
-        vids = [v for c in self.order for v in held[c]]
-        del self.owners[owner]
+        self.poll()
+        row = self._row(owner)
+        idx = self.owners.held_sorted(row)
+        vids = self.owners.vid[idx].copy()
+        self.owners.kill(idx)
+        self.owners.forget(owner)
         return self._unref(vids)
 
-    def _unref(self, vids: Sequence[int]) -> list[int]:
-        freed, unbound = [], []
-        for v in vids:
-            self.refs[v] -= 1
-            if self.refs[v]:
-                continue
-            del self.refs[v]
-            freed.append(v)
-            cls, slot = self.v2p.pop(v)
-            band = self.bands[cls]
-            del band.live[slot]
-            self._written.pop(v, None)
-            heapq.heappush(self._free_ids, v)
-            self._vacate(band, slot)
-            unbound.append((cls, v, slot))
-        self.tables.unbind(unbound)
+    def _unref(self, vids: np.ndarray) -> list[int]:
+        """One reference less on each of ``vids`` (distinct); pages left with none are freed, in order."""
+        if not len(vids):
+            for b in self._chain:
+                b.absorb()
+            return []
+        self.refs[vids] -= 1
+        freed = vids[self.refs[vids] == 0]
+        self._free_pages(freed)
+        return freed.tolist()
+
+    def _free_pages(self, freed: np.ndarray) -> None:
+        if len(freed):
+            classes, slots = self.vcls[freed].copy(), self.vslot[freed].copy()
+            self.vcls[freed] = -1
+            for c, band in enumerate(self._chain):
+                mine = slots[classes == c]
+                if len(mine):
+                    band.live.clear(mine)  # type: ignore[attr-defined]
+                    self._vacate_many(band, mine)
+            if self._written:
+                for v in self._written.keys() & set(freed.tolist()):
+                    del self._written[v]
+            self.pool.give(freed)
+            self.tables.unbind(classes, freed, slots)
         for b in self._chain:
             b.absorb()
-        return freed
 
     # =========================================================================================
     # Ledger
 
-    def acquire(self, user: str, kind: UserKind, vids: Sequence[int]) -> None:
-        """``user`` (a forward pass, host copy or transfer) holds the physical pages ``vids`` are bound to now."""
+    def acquire(self, user: str, kind: UserKind, vids: Sequence[int], event: Any = None) -> None:
+        """``user`` (a forward pass, host copy or transfer) holds the physical pages ``vids`` are bound to now.
+
+        With ``event`` (a ``torch.cuda.Event`` recorded behind the user's work, or anything with ``query()``),
+        the user is released by the allocator itself at the first call after ``event.query()`` is true:
+        polled, never waited on (overlap scheduling)."""
+        self.poll()
         if user in self.users:
             raise DuplicateUserError(f"ledger user {user!r} is live; release it first or pick a fresh id")
         if not isinstance(kind, UserKind):
             raise InvalidArgumentError(f"acquire: kind must be a UserKind, got {kind!r}")
+        if event is not None and not callable(getattr(event, "query", None)):
+            raise InvalidArgumentError(f"acquire: event must have query() (a torch.cuda.Event), got {event!r}")
         vids = self._bound(vids, f"acquire({user!r})")
-        holds = tuple(Hold(*self.v2p[v], v) for v in vids)
-        self.users[user] = User(kind, holds)
+        holds = tuple(Hold(*self._loc(v), v) for v in vids)  # type: ignore[misc]
+        self.users[user] = User(kind, holds, event)
         counts = self.ledger.writers if kind.mode is Mode.WRITE else self.ledger.readers
         for h in holds:
             counts[(h.cls, h.slot)] += 1
 
+    def poll(self) -> list[str]:
+        """Release every user whose event has completed (acquisition order); returns their names."""
+        done = [u for u, x in self.users.items() if x.event is not None and x.event.query()]
+        for u in done:
+            self._release(u)
+        self.stats["released_by_event"] += len(done)
+        return done
+
     def release(self, user: str) -> None:
         """``user`` finished: withheld slots it was the last to hold become holes."""
+        self.poll()
+        self._release(user)
+
+    def _release(self, user: str) -> None:
         u = self.users.pop(user, None)
         if u is None:
             raise ReleaseWithoutAcquireError(f"release({user!r}): no such live ledger user (never acquired, or "
@@ -395,10 +471,11 @@ class GpuArena:
     # =========================================================================================
     # Data: tags as real bytes in the rows
 
-    def _row(self, vid: int, entry: int, row: int) -> tuple[str, int]:
-        if vid not in self.v2p:
+    def _page_row(self, vid: int, entry: int, row: int) -> tuple[str, int]:
+        loc = self._loc(vid)
+        if loc is None:
             raise UnknownPageError(f"virtual page {vid} is not bound; write/read only live pages")
-        cls, slot = self.v2p[vid]
+        cls, slot = loc
         n_e, n_r = self.mem.epp[cls], len(self.mem.layouts[cls].slots)
         if not (_is_int(entry) and _is_int(row) and 0 <= entry < n_e and 0 <= row < n_r):
             raise InvalidArgumentError(f"page {vid} ({cls}) got entry {entry!r}, row {row!r}; pass an int entry in "
@@ -407,7 +484,7 @@ class GpuArena:
 
     def write(self, vid: int, entry: int, row: int, tag: int) -> None:
         """Write ``tag``'s bytes into one row of one entry of page ``vid``, through the row's typed view."""
-        cls, slot = self._row(vid, entry, row)
+        cls, slot = self._page_row(vid, entry, row)
         if not _is_int(tag):
             raise InvalidArgumentError(f"write: tag must be an int (a content fingerprint), got {tag!r}")
         if not -(1 << 63) <= tag < 1 << 63:  # the row holds the tag's bytes: 64 of them
@@ -419,7 +496,7 @@ class GpuArena:
     def read(self, vid: int, entry: int, row: int) -> int | None:
         """The tag decoded from the row's bytes; None for a token row never written since the page was bound
         (an unwritten recurrent row decodes to 0 from its zeroed bytes)."""
-        cls, slot = self._row(vid, entry, row)
+        cls, slot = self._page_row(vid, entry, row)
         if not self.mem.is_recurrent(cls) and (entry, row) not in self._written.get(vid, ()):
             return None
         return self.mem.read_tag(cls, slot, vid, entry, row)
@@ -432,12 +509,14 @@ class GpuArena:
     # Queries
 
     def translate(self, vid: int) -> tuple[str, int]:
-        if vid not in self.v2p:
+        loc = self._loc(vid)
+        if loc is None:
             raise UnknownPageError(f"translate: virtual page {vid} is not bound")
-        return self.v2p[vid]
+        return loc
 
     def translate_token(self, cls: str, vtoken: int) -> int:
-        """Physical entry index (on ``cls``'s grid) of virtual token ``vtoken``, by the translation kernel."""
+        """Physical entry index (on ``cls``'s grid) of virtual token ``vtoken``, by the translation kernel (reads
+        the result back: a query, not the hot path; that is ``translate_tokens(out=)``)."""
         if cls not in self.bands:
             raise InvalidArgumentError(f"unknown class {cls!r}; use one of {self.order}")
         epp = self.mem.epp[cls]
@@ -455,12 +534,19 @@ class GpuArena:
                                                            f"planner bound it to {slot * epp + i}")
         return got
 
-    def translate_tokens(self, cls: str, vtokens: torch.Tensor) -> torch.Tensor:
-        """Batched: physical entry indices of ``vtokens`` on ``cls``'s grid, -1 where unmapped (no checks)."""
-        return translate_tokens(vtokens, self.tables.row(cls), self.mem.epp[cls])
+    def translate_tokens(self, cls: str, vtokens: torch.Tensor, out: torch.Tensor | None = None,
+                         out_width: int | None = None) -> torch.Tensor:
+        """Batched: physical entry indices of ``vtokens`` on ``cls``'s grid, -1 where unmapped (no checks, no
+        read). With ``out_width`` (a graph's fixed width), lanes past the ids hold ``pad_entry(cls)``."""
+        return translate_tokens(vtokens, self.tables.row(cls), self.mem.epp[cls], out=out, out_width=out_width,
+                                pad=self.mem.pad_entry(cls))
+
+    def pad_entry(self, cls: str) -> int:
+        """Where a padding lane points: an entry past the arena's last byte that no page covers."""
+        return self.mem.pad_entry(cls)
 
     def held(self, owner: str) -> dict[str, tuple[int, ...]]:
-        return {c: tuple(v) for c, v in self._owner(owner).items()}
+        return self.owners.held(self._row(owner), self.order)
 
     def page_offset(self, cls: str, slot: int) -> int:
         if cls not in self.bands:
@@ -497,4 +583,4 @@ def make(config: ArenaConfig, device: str | torch.device = "cpu") -> GpuArena:
     return GpuArena(config, device)
 
 
-__all__ = ["Admission", "GpuArena", "View", "make"]
+__all__ = ["Admission", "BatchResult", "GpuArena", "View", "make"]

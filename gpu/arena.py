@@ -48,11 +48,14 @@ class DeviceArena:
         self.config = config
         self.device = torch.device(device)
         self.capacity = config.capacity
-        self.raw = torch.zeros(config.capacity, dtype=torch.uint8, device=self.device)
-        # int64 words for the page kernels: every page ends on a 32 B boundary, so all of them are inside
-        self.words = self.raw[: config.capacity // 8 * 8].view(torch.int64)
         self.classes = {c.name: c for c in config.model.classes}
         self.layouts = {n: entry_layout(c) for n, c in self.classes.items()}
+        # the padding entry of each class (graph-padding lanes of translate_tokens write there) lies past the
+        # arena's last byte, in bytes no page of any class covers: two entries of the widest class suffice
+        self.pad_bytes = 2 * max(lay.entry_bytes for lay in self.layouts.values())
+        self.raw = torch.zeros(config.capacity + self.pad_bytes, dtype=torch.uint8, device=self.device)
+        # int64 words for the page kernels: every page ends on a 32 B boundary, so all of them are inside
+        self.words = self.raw[: config.capacity // 8 * 8].view(torch.int64)
         self.epp = {n: entries_per_page(c, config.page_size) for n, c in self.classes.items()}
         self.page_bytes = {n: self.epp[n] * self.layouts[n].entry_bytes for n in self.classes}
         self.top = {n: config.capacity // p for n, p in self.page_bytes.items()}  # whole pages on each grid
@@ -79,6 +82,12 @@ class DeviceArena:
             out[key] = used.view(dtype).as_strided((n_entries, *row.shape), (layout.entry_bytes // size, *inner),
                                                    slot.offset // size)
         return out
+
+    def pad_entry(self, cls: str) -> int:
+        """The physical entry (on ``cls``'s grid) a padding lane points at: the first that starts at or past
+        byte ``capacity``, so a kernel that writes a padded lane writes only the arena's padding bytes."""
+        eb = self.layouts[cls].entry_bytes
+        return -(-self.capacity // eb)
 
     def views(self, cls: str) -> dict[tuple[int, str], torch.Tensor]:
         """``{(layer, part): tensor of shape (entries on the grid, *row.shape)}`` in each row's dtype."""

@@ -1,4 +1,4 @@
-"""Device-resident v->p and p->v tables (spec/arena.md §Virtual pages).
+"""Device-resident v->p and p->v tables (spec/arena.md §Virtual pages), written, never read, on the hot path.
 
 ``v2p[c, vid]`` is the slot on class ``c``'s page grid that virtual page ``vid`` is bound to, or -1 (unbound,
 or a page of another class); ``p2v[c, slot]`` is the virtual page bound to that slot, or -1. One row per
@@ -8,63 +8,60 @@ lookup ever lands on another class's page.
 Virtual ids are one global space, and the planner always takes the lowest unbound id, so no id ever exceeds
 the number of pages bound at once, which is at most ``sum(top_c)``: that is the row length of ``v2p``.
 
-The host planner decides every change; these tables follow it on the device: binds through the batched
-allocation kernel (``kernels.alloc``), moves and frees through indexed stores. ``host_v2p`` reads them back
-(the ``observe()`` of the conformance adapter), so a table that drifted from the plan is seen.
+The host (numpy mirrors in ``hoststate.py``) decides every change; each change of a call is one upload
+through the pinned staging ring (``staging.py``) of flat table indices and values, then one scatter per
+table: two launches per call, whatever the batch or the number of classes. Moves remap inside the move kernel
+itself (``kernels.move``, ``remap=``). ``host_v2p`` reads the tables
+back (the ``observe()`` of the conformance adapter, never on the hot path), so a table that drifted from
+the plan is seen.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
-from kvarena.gpu.kernels import as_index
-from kvarena.gpu.kernels.alloc import alloc_tokens
+from kvarena.gpu.staging import Staging
 
 
 class Tables:
-    def __init__(self, order: Sequence[str], tops: dict[str, int], device: torch.device) -> None:
+    def __init__(self, order: Sequence[str], tops: dict[str, int], device: torch.device,
+                 staging: Staging) -> None:
         self.order = list(order)
         self.index = {c: i for i, c in enumerate(self.order)}
         self.device = device
+        self.staging = staging
         self.n_vids = sum(tops.values())
+        self.width = max(tops.values())
         self.v2p = torch.full((len(self.order), self.n_vids), -1, dtype=torch.int64, device=device)
-        self.p2v = torch.full((len(self.order), max(tops.values())), -1, dtype=torch.int64, device=device)
-        self._zero = torch.zeros(1, dtype=torch.int64, device=device)
-        self._none = torch.full((1,), -1, dtype=torch.int64, device=device)
+        self.p2v = torch.full((len(self.order), self.width), -1, dtype=torch.int64, device=device)
+        self.launches = 0
 
     def row(self, cls: str) -> torch.Tensor:
         """Class ``cls``'s v->p row (what ``kernels.translate`` takes)."""
         return self.v2p[self.index[cls]]
 
-    def bind(self, cls: str, vids: Sequence[int], slots: Sequence[int]) -> None:
-        """New pages of one class: one launch of the batched allocation kernel (one request of n one-entry
-        tokens, no token output)."""
-        if not vids:
-            return
-        c = self.index[cls]
-        n = torch.tensor([len(vids)], dtype=torch.int64, device=self.device)
-        alloc_tokens(self._zero, n, self._none, as_index(vids, self.device), as_index(slots, self.device),
-                     self.v2p[c], self.p2v[c], 1, write_out=False, max_extend=len(vids))
+    def _scatter(self, v_idx: np.ndarray, v_val: np.ndarray, p_idx: np.ndarray, p_val: np.ndarray) -> None:
+        n, m = len(v_idx), len(p_idx)
+        dev = self.staging.upload(np.concatenate([v_idx, v_val, p_idx, p_val]))
+        if m:
+            self.p2v.view(-1).index_put_((dev[2 * n:2 * n + m],), dev[2 * n + m:])
+        if n:
+            self.v2p.view(-1).index_put_((dev[:n],), dev[n:2 * n])
+        self.launches += 2
 
-    def unbind(self, pages: Sequence[tuple[str, int, int]]) -> None:
-        """Freed pages ``(cls, vid, slot)``: both entries back to -1."""
-        if not pages:
-            return
-        c = as_index([self.index[p[0]] for p in pages], self.device)
-        self.v2p[c, as_index([p[1] for p in pages], self.device)] = -1
-        self.p2v[c, as_index([p[2] for p in pages], self.device)] = -1
+    def bind(self, classes: np.ndarray, vids: np.ndarray, slots: np.ndarray) -> None:
+        """New pages ``(class index, vid, slot)``: both tables, one upload and two scatters."""
+        if len(vids):
+            self._scatter(classes * self.n_vids + vids, slots, classes * self.width + slots, vids)
 
-    def remap(self, cls: str, vids: Sequence[int], src: Sequence[int], dst: Sequence[int]) -> None:
-        """Moved pages of one batch (no slot is both a source and a destination)."""
-        if not vids:
-            return
-        c = self.index[cls]
-        v, d = as_index(vids, self.device), as_index(dst, self.device)
-        self.p2v[c, as_index(src, self.device)] = -1
-        self.p2v[c, d] = v
-        self.v2p[c, v] = d
+    def unbind(self, classes: np.ndarray, vids: np.ndarray, slots: np.ndarray) -> None:
+        """Freed pages: both entries back to -1."""
+        if len(vids):
+            none = np.full(len(vids), -1, dtype=np.int64)
+            self._scatter(classes * self.n_vids + vids, none, classes * self.width + slots, none)
 
     def host_v2p(self) -> dict[int, tuple[str, int]]:
         """``{vid: (cls, slot)}`` read back from the device."""

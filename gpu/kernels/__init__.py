@@ -30,7 +30,7 @@ def interpreted(kernel: object) -> bool:
 
 
 def use_triton(kernel: object, tensor: torch.Tensor, path: Path = "auto") -> bool:
-    if path == "torch":
+    if path == "torch" or tensor.is_meta:  # meta tensors (the no-read proof) run the torch ops on shapes only
         return False
     if path == "triton":
         if not (tensor.is_cuda or interpreted(kernel)):

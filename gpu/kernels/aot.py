@@ -69,13 +69,14 @@ def compile_all(arch: int = 90) -> list[dict]:
     p64 = "*i64"
     jobs = [
         ("move_pages", move.move_pages_kernel, {"words_ptr": p64, "src_ptr": p64, "dst_ptr": p64, "page_words": "i32",
-                                                "chunks": "i32"}, {"BLOCK": 4096},
-         ["words_ptr", "src_ptr", "dst_ptr", "page_words"], 8),
+                                                "chunks": "i32", "vids_ptr": p64, "v2p_ptr": p64, "p2v_ptr": p64},
+         {"BLOCK": 4096, "REMAP": True}, ["words_ptr", "src_ptr", "dst_ptr", "page_words"], 8),
         ("zero_pages", zero.zero_pages_kernel, {"words_ptr": p64, "slots_ptr": p64, "page_words": "i32",
                                                 "chunks": "i32"}, {"BLOCK": 4096},
          ["words_ptr", "slots_ptr", "page_words"], 8),
         ("translate", translate.translate_kernel, {"vtok_ptr": p64, "out_ptr": p64, "v2p_ptr": p64, "n": "i32",
-                                                   "n_vids": "i32"}, {"EPP": 64, "BLOCK": 4096},
+                                                   "n_vids": "i32", "n_out": "i32", "pad": "i64"},
+         {"EPP": 64, "BLOCK": 4096},
          ["vtok_ptr", "out_ptr", "v2p_ptr", "n"], 16),
     ]
     asig = {n: p64 for n in ("pre_ptr", "seq_ptr", "last_ptr", "vids_ptr", "slots_ptr", "out_ptr", "v2p_ptr",

@@ -33,7 +33,11 @@ def move_pages_kernel(
     dst_ptr,  # *int64 [n]: destination page of each move (no destination is a source: checked on the host)
     page_words,  # words per page (page bytes / 8)
     chunks,  # programs per page: cdiv(page_words, BLOCK)
+    vids_ptr,  # *int64 [n]: the virtual page each move carries (read when REMAP)
+    v2p_ptr,  # *int64: the class's v->p row: v2p[vid] = dst (when REMAP)
+    p2v_ptr,  # *int64: the class's p->v row: p2v[src] = -1, p2v[dst] = vid (when REMAP)
     BLOCK: tl.constexpr,  # words one program copies
+    REMAP: tl.constexpr,  # the first chunk's program also remaps the tables: no second launch per batch
 ):
     pid = tl.program_id(0).to(tl.int64)  # int64: page * page_words overflows int32 past 16 GiB
     move = pid // chunks
@@ -44,6 +48,12 @@ def move_pages_kernel(
     mask = offs < page_words
     data = tl.load(words_ptr + src * page_words + offs, mask=mask)
     tl.store(words_ptr + dst * page_words + offs, data, mask=mask)
+    if REMAP:  # noqa: SIM102 - a constexpr branch (compiled out), then a runtime one
+        if chunk == 0:  # no destination of a batch is a source, so these stores never collide
+            vid = tl.load(vids_ptr + move)
+            tl.store(p2v_ptr + src, -1)
+            tl.store(p2v_ptr + dst, vid)
+            tl.store(v2p_ptr + vid, dst)
 
 
 def default_config(page_words: int, on_cuda: bool) -> tuple[int, int]:
@@ -73,15 +83,19 @@ def check_moves(src: Sequence[int], dst: Sequence[int], page_bytes: int, n_pages
 
 
 def launch(words: torch.Tensor, src: torch.Tensor, dst: torch.Tensor, page_words: int,
-           block: int | None = None, num_warps: int | None = None) -> None:
-    """The kernel alone (no checks): ``src``/``dst`` are int64 tensors on the arena's device."""
+           block: int | None = None, num_warps: int | None = None,
+           remap: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None) -> None:
+    """The kernel alone (no checks): ``src``/``dst`` are int64 tensors on the arena's device; ``remap`` is
+    ``(vids, v2p_row, p2v_row)`` for the fused table remap."""
     n = src.numel()
     if n == 0:
         return
     b, w = default_config(page_words, words.is_cuda)
     block, num_warps = block or b, num_warps or w
     chunks = triton.cdiv(page_words, block)
-    move_pages_kernel[(n * chunks,)](words, src, dst, page_words, chunks, BLOCK=block, num_warps=num_warps)
+    vids, v2p, p2v = remap if remap is not None else (src, src, src)
+    move_pages_kernel[(n * chunks,)](words, src, dst, page_words, chunks, vids, v2p, p2v, BLOCK=block,
+                                     REMAP=remap is not None, num_warps=num_warps)
 
 
 def move_pages(words: torch.Tensor, src: Sequence[int], dst: Sequence[int], page_bytes: int, *,
@@ -93,12 +107,24 @@ def move_pages(words: torch.Tensor, src: Sequence[int], dst: Sequence[int], page
     check_moves(src, dst, page_bytes, words.numel() // max(page_words, 1))
     if not src:
         return
-    s, d = as_index(src, words.device), as_index(dst, words.device)
+    move_slots(words, as_index(src, words.device), as_index(dst, words.device), page_bytes, path=path)
+
+
+def move_slots(words: torch.Tensor, s: torch.Tensor, d: torch.Tensor, page_bytes: int, *,
+               remap: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None, path: Path = "auto") -> None:
+    """The copy of a batch ``check_moves`` accepted, with ``s``/``d`` already on the device (staged uploads);
+    with ``remap = (vids, v2p_row, p2v_row)`` the same launch moves the pages in the class's tables."""
+    page_words = page_bytes // 8
     if use_triton(move_pages_kernel, words, path):
-        launch(words, s, d, page_words)
-    else:  # plain torch: the gather finishes before the scatter, and no destination is a source
-        pages = words[: words.numel() // page_words * page_words].view(-1, page_words)
-        pages[d] = pages[s]
+        launch(words, s, d, page_words, remap=remap)
+        return
+    pages = words[: words.numel() // page_words * page_words].view(-1, page_words)
+    pages[d] = pages[s]  # plain torch: the gather finishes before the scatter, and no destination is a source
+    if remap is not None:
+        vids, v2p, p2v = remap
+        p2v[s] = -1
+        p2v[d] = vids
+        v2p[vids] = d
 
 
 # ---------------------------------------------------------------------------------------------
@@ -119,12 +145,36 @@ def check(device: str | torch.device = "cpu", *, path: Path = "auto", page_bytes
         want[lo:lo + pw] = full[guard_words + s * pw: guard_words + (s + 1) * pw]
     got = full.to(device)
     move_pages(got[guard_words:guard_words + n_pages * pw], src, dst, page_bytes, path=path)
+    _check_remap(device, path, page_bytes, n_pages, src, dst, guard_words, g)
     got = got.cpu()
     assert torch.equal(got[:guard_words], want[:guard_words]) and torch.equal(got[-guard_words:],
                                                                               want[-guard_words:]), \
         "move wrote outside the arena (guard words changed)"
     diff = (got != want).nonzero().flatten()
     assert diff.numel() == 0, f"{diff.numel()} words differ from the torch copy, first at word {diff[:4].tolist()}"
+
+
+def _check_remap(device: str | torch.device, path: Path, page_bytes: int, n_pages: int, src: list[int],
+                 dst: list[int], guard: int, g: torch.Generator) -> None:
+    """The fused remap: v2p[vid] = dst, p2v[src] = -1, p2v[dst] = vid for every move, nothing else changed."""
+    pw = page_bytes // 8
+    n_vids = 2 * n_pages
+    vids = torch.randperm(n_vids, generator=g)[:len(src)].tolist()
+    v2p0 = torch.randint(0, 1 << 40, (guard + n_vids + guard,), dtype=torch.int64, generator=g)
+    p2v0 = torch.randint(0, 1 << 40, (guard + n_pages + guard,), dtype=torch.int64, generator=g)
+    v2p_want, p2v_want = v2p0.clone(), p2v0.clone()
+    for s in src:
+        p2v_want[guard + s] = -1
+    for v, d in zip(vids, dst):
+        p2v_want[guard + d] = v
+        v2p_want[guard + v] = d
+    words = torch.zeros(n_pages * pw, dtype=torch.int64, device=device)
+    v2p, p2v = v2p0.to(device), p2v0.to(device)
+    dev = torch.device(device)
+    move_slots(words, as_index(src, dev), as_index(dst, dev), page_bytes, path=path,
+               remap=(as_index(vids, dev), v2p[guard:guard + n_vids], p2v[guard:guard + n_pages]))
+    assert torch.equal(v2p.cpu(), v2p_want), "the fused move left v2p wrong (or wrote past the row)"
+    assert torch.equal(p2v.cpu(), p2v_want), "the fused move left p2v wrong (or wrote past the row)"
 
 
 def bench(device: str | torch.device, sizes: Sequence[int], *, page_bytes: int = 1 << 20,

@@ -26,6 +26,8 @@ def translate_kernel(
     v2p_ptr,  # *int64 [n_vids]: this class's v->p row (slot, or -1: not a page of this class)
     n,  # number of ids
     n_vids,  # length of the v2p row
+    n_out,  # lanes of out written: [n, n_out) are padding lanes (a CUDA graph's fixed width)
+    pad,  # what a padding lane holds: the arena's padding entry, which no page of any class covers
     EPP: tl.constexpr,  # entries per page (a power of two)
     BLOCK: tl.constexpr,  # ids per program
 ):
@@ -37,7 +39,8 @@ def translate_kernel(
     ok = mask & (t >= 0) & (vid < n_vids)
     slot = tl.load(v2p_ptr + vid, mask=ok, other=-1)
     phys = tl.where(slot >= 0, slot * EPP + t % EPP, -1)
-    tl.store(out_ptr + offs, phys, mask=mask)
+    phys = tl.where(mask, phys, pad)
+    tl.store(out_ptr + offs, phys, mask=offs < n_out)
 
 
 def default_config(n: int, on_cuda: bool) -> tuple[int, int]:
@@ -48,47 +51,57 @@ def default_config(n: int, on_cuda: bool) -> tuple[int, int]:
 
 
 def launch(vtokens: torch.Tensor, out: torch.Tensor, v2p_row: torch.Tensor, epp: int,
-           block: int | None = None, num_warps: int | None = None) -> None:
+           block: int | None = None, num_warps: int | None = None, n_out: int | None = None, pad: int = -1) -> None:
     n = vtokens.numel()
-    if n == 0:
+    n_out = n if n_out is None else n_out
+    if n_out == 0:
         return
-    b, w = default_config(n, vtokens.is_cuda)
+    b, w = default_config(n_out, vtokens.is_cuda)
     block, num_warps = block or b, num_warps or w
-    translate_kernel[(triton.cdiv(n, block),)](vtokens, out, v2p_row, n, v2p_row.numel(), EPP=epp, BLOCK=block,
-                                               num_warps=num_warps)
+    translate_kernel[(triton.cdiv(n_out, block),)](vtokens, out, v2p_row, n, v2p_row.numel(), n_out, pad, EPP=epp,
+                                                   BLOCK=block, num_warps=num_warps)
 
 
 def translate_tokens(vtokens: torch.Tensor, v2p_row: torch.Tensor, epp: int, *, out: torch.Tensor | None = None,
-                     path: Path = "auto") -> torch.Tensor:
-    """Physical entry index of every virtual token id in ``vtokens`` (1-D int tensor), -1 where unmapped."""
+                     out_width: int | None = None, pad: int = -1, path: Path = "auto") -> torch.Tensor:
+    """Physical entry index of every virtual token id in ``vtokens`` (1-D int tensor), -1 where unmapped.
+
+    With ``out_width`` (a CUDA graph's fixed batch width, >= the number of ids), ``out[:out_width]`` is
+    written: the ids' lanes first, then padding lanes holding ``pad``. Returns ``out[:out_width]``."""
     if epp <= 0 or epp & (epp - 1):
         raise ValueError(f"entries per page must be a power of two, got {epp}")
     assert vtokens.dim() == 1 and v2p_row.dtype == torch.int64 and v2p_row.dim() == 1
+    n = vtokens.numel()
+    width = n if out_width is None else out_width
+    assert width >= n, f"out_width {width} is narrower than the {n} ids"
     if out is None:
-        out = torch.empty(vtokens.shape, dtype=torch.int64, device=vtokens.device)
-    assert out.shape == vtokens.shape and out.dtype == torch.int64
+        out = torch.empty(width, dtype=torch.int64, device=vtokens.device)
+    assert out.dim() == 1 and out.numel() >= width and out.dtype == torch.int64
+    out = out[:width]
     if use_triton(translate_kernel, vtokens, path):
-        launch(vtokens.contiguous(), out, v2p_row, epp)
+        launch(vtokens.contiguous(), out, v2p_row, epp, n_out=width, pad=pad)
         return out
     t = vtokens.to(torch.int64)
     vid = torch.div(t, epp, rounding_mode="floor")
     ok = (t >= 0) & (vid < v2p_row.numel())
     slot = torch.where(ok, v2p_row[vid.clamp(0, max(v2p_row.numel() - 1, 0))], -1)
-    out.copy_(torch.where(slot >= 0, slot * epp + t % epp, -1))
+    out[:n].copy_(torch.where(slot >= 0, slot * epp + t % epp, -1))
+    out[n:].fill_(pad)
     return out
 
 
 # ---------------------------------------------------------------------------------------------
 
 
-def reference(vtokens: Sequence[int], v2p_row: Sequence[int], epp: int) -> list[int]:
-    """Plain Python, id by id: the definition the kernel must meet."""
+def reference(vtokens: Sequence[int], v2p_row: Sequence[int], epp: int, width: int | None = None,
+              pad: int = -1) -> list[int]:
+    """Plain Python, id by id, then the padding lanes: the definition the kernel must meet."""
     out = []
     for t in vtokens:
         vid, i = divmod(t, epp)
         slot = v2p_row[vid] if t >= 0 and vid < len(v2p_row) else -1
         out.append(slot * epp + i if slot >= 0 else -1)
-    return out
+    return out + [pad] * ((width or len(out)) - len(out))
 
 
 def check(device: str | torch.device = "cpu", *, path: Path = "auto", n: int = 300, n_vids: int = 50, epp: int = 4,
@@ -98,19 +111,20 @@ def check(device: str | torch.device = "cpu", *, path: Path = "auto", n: int = 3
     v2p = torch.randperm(4 * n_vids, generator=g)[:n_vids].to(torch.int64)
     v2p[torch.rand(n_vids, generator=g) < 0.33] = -1
     vt = torch.randint(-2 * epp, (n_vids + 3) * epp, (n,), dtype=torch.int64, generator=g)
-    want = reference(vt.tolist(), v2p.tolist(), epp)
+    width = n + 5  # five padding lanes (a graph's fixed width)
+    pad = 4 * n_vids * epp + 3  # an entry no page of the table covers
+    want = reference(vt.tolist(), v2p.tolist(), epp, width, pad)
     sentinel = -0x5A5A5A5A5A5A5A5A
-    buf = torch.full((guard + n + guard,), sentinel, dtype=torch.int64, device=device)
+    buf = torch.full((guard + width + guard,), sentinel, dtype=torch.int64, device=device)
     for dtype in (torch.int64, torch.int32):
         buf.fill_(sentinel)
-        translate_tokens(vt.to(device=device, dtype=dtype), v2p.to(device), epp, out=buf[guard:guard + n],
-                         path=path)
+        translate_tokens(vt.to(device=device, dtype=dtype), v2p.to(device), epp, out=buf[guard:guard + width],
+                         out_width=width, pad=pad, path=path)
         got = buf.cpu()
-        assert (got[:guard] == sentinel).all() and (got[guard + n:] == sentinel).all(), \
+        assert (got[:guard] == sentinel).all() and (got[guard + width:] == sentinel).all(), \
             "translate wrote outside its output (guard words changed)"
-        bad = [(i, t, w, h) for i, (t, w, h) in enumerate(zip(vt.tolist(), want, got[guard:guard + n].tolist()))
-               if w != h]
-        assert not bad, f"{len(bad)} ids translate wrong ({dtype}); (index, id, want, got): {bad[:4]}"
+        bad = [(i, w, h) for i, (w, h) in enumerate(zip(want, got[guard:guard + width].tolist())) if w != h]
+        assert not bad, f"{len(bad)} lanes translate wrong ({dtype}); (lane, want, got): {bad[:4]}"
 
 
 def bench(device: str | torch.device, sizes: Sequence[int], *, n_pages: int = 1 << 16, epp: int = 64,

@@ -59,7 +59,14 @@ def zero_pages(words: torch.Tensor, slots: Sequence[int], page_bytes: int, *, pa
         raise PlanError(f"pages {sorted(set(bad))[:8]} are outside the grid of {n_pages} pages")
     if not slots:
         return
-    idx = as_index(slots, words.device)
+    zero_slots(words, as_index(slots, words.device), page_bytes, path=path)
+
+
+def zero_slots(words: torch.Tensor, idx: torch.Tensor, page_bytes: int, *, path: Path = "auto") -> None:
+    """Clear pages ``idx`` (an int64 tensor already on the arena's device, checked by the host planner): no
+    host list, no upload, no read; what the allocator calls once per class per step."""
+    page_words = page_bytes // 8
+    n_pages = words.numel() // page_words
     if use_triton(zero_pages_kernel, words, path):
         launch(words, idx, page_words)
     else:

@@ -267,24 +267,25 @@ def _fails(model: str, seeds: range = range(3), steps: int = 200) -> str:
 
 
 def test_a_torn_move_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = gpu_allocator.move_pages
+    real = gpu_allocator.move_slots
 
     def torn(words, src, dst, page_bytes, **kw):  # copies all but the last 8 bytes of each page
         real(words, src, dst, page_bytes, **kw)
-        for d in dst:
+        for d in dst.tolist():
             words[d * page_bytes // 8 + page_bytes // 8 - 1] = words[d * page_bytes // 8] ^ 0x5A
 
-    monkeypatch.setattr(gpu_allocator, "move_pages", torn)
+    monkeypatch.setattr(gpu_allocator, "move_slots", torn)
     assert _fails("toy-swa"), "a move that leaves bytes behind went unnoticed"
 
 
 def test_a_skipped_zeroing_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(gpu_allocator, "zero_pages", lambda *a, **k: None)
+    monkeypatch.setattr(gpu_allocator, "zero_slots", lambda *a, **k: None)
     assert _fails("toy-state"), "recurrent slots handed out with stale state went unnoticed"
 
 
 def test_a_lost_table_remap_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(gpu_allocator.Tables, "remap", lambda *a, **k: None)
+    real = gpu_allocator.move_slots
+    monkeypatch.setattr(gpu_allocator, "move_slots", lambda *a, remap=None, **k: real(*a, **k))  # bytes only
     assert "observations differ" in _fails("toy-swa")
 
 

@@ -140,11 +140,12 @@ MUTANTS: tuple[Mutant, ...] = (
            "rung 1 counts one page more room in a gap than there is: a frontier grows one page into its "
            "neighbour's bytes (host planner: lockstep on the torch path)",
            lockstep="torch"),
-    Mutant("stale-translation-after-move", tables_mod,
-           "        self.p2v[c, d] = v\n        self.v2p[c, v] = d\n",
-           "        self.p2v[c, d] = v\n",
+    Mutant("stale-translation-after-move", move_mod,
+           "        p2v[d] = vids\n        v2p[vids] = d\n",
+           "        p2v[d] = vids\n",
            "a move updates p->v but not the device v->p row the translate kernel reads: attention follows the "
-           "page's old slot (tables: lockstep on the torch path; observe() reads the tables back)",
+           "page's old slot (the fused move's torch path: lockstep on the torch path; observe() reads the tables "
+           "back)",
            lockstep="torch"),
     Mutant("partial-row-move", move_mod,
            "    mask = offs < page_words\n    data = tl.load(",
@@ -152,8 +153,8 @@ MUTANTS: tuple[Mutant, ...] = (
            "a move copies only the first half of each page's words: a one-entry recurrent page's ssm row is "
            "torn in two, a token page's later entries stay behind (move kernel and its torch path: lockstep on "
            "the interpreter path, and move.check() on both paths)",
-           also=(("        pages[d] = pages[s]\n",
-                  "        pages[d, : page_words // 2] = pages[s, : page_words // 2]\n"),),
+           also=(("    pages[d] = pages[s]  # plain torch",
+                  "    pages[d, : page_words // 2] = pages[s, : page_words // 2]  # plain torch"),),
            lockstep="interpreter", kernel=check_move),
     Mutant("reuse-withheld-page", allocator_mod,
            "        if self.ledger.in_use(band.name, slot):\n            band.withheld.add(slot)",
@@ -172,12 +173,11 @@ MUTANTS: tuple[Mutant, ...] = (
            "        if False:\n            raise DoubleFreeError",
            "dropping a page the owner does not hold is accepted (unknown ids ignored) and decrements another "
            "owner's count (allocator: lockstep on the torch path)",
-           also=(("        for v in vids:\n            del held[self.v2p[v][0]][v]\n",
-                  "        vids = [v for v in vids if v in self.v2p]\n"
-                  "        for v in vids:\n            held[self.v2p[v][0]].pop(v, None)\n"),),
+           also=(("        arr = np.array(vids, dtype=np.int64)\n",
+                  "        arr = np.array([v for v in vids if self._loc(v) is not None], dtype=np.int64)\n"),),
            lockstep="torch"),
     Mutant("recurrent-slot-not-zeroed", allocator_mod,
-           "zero_pages(self.mem.words, slots, self.bands[cls].page_bytes)",
+           "zero_slots(self.mem.words, dev[a:b], self._chain[int(cs[a])].page_bytes)",
            "pass",
            "a new recurrent slot keeps the bytes of whatever page was there before (SGLang's mamba slots; "
            "allocator: lockstep on the torch path, an unwritten recurrent row must read 0)",
@@ -218,8 +218,8 @@ MUTANTS: tuple[Mutant, ...] = (
            "    phys = tl.where(slot >= 0, slot * EPP + t % EPP, t % EPP)\n",
            "an unmapped virtual token translates into page 0 (SGLang's sink page) instead of -1: a stray read "
            "hits a live page silently. The harness never translates unmapped ids: translate.check() kills it",
-           also=(("    out.copy_(torch.where(slot >= 0, slot * epp + t % epp, -1))\n",
-                  "    out.copy_(torch.where(slot >= 0, slot * epp + t % epp, t % epp))\n"),),
+           also=(("    out[:n].copy_(torch.where(slot >= 0, slot * epp + t % epp, -1))\n",
+                  "    out[:n].copy_(torch.where(slot >= 0, slot * epp + t % epp, t % epp))\n"),),
            kernel=check_translate),
     Mutant("zero-kernel-skips-first-word", zero_mod,
            "    tl.store(words_ptr + page * page_words + offs, zeros, mask=offs < page_words)\n",

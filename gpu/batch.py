@@ -1,0 +1,332 @@
+"""The engine-facing batched calls: one call per scheduler step (spec/arena.md §Batched operations).
+
+``admit_batch`` / ``extend_batch`` / ``free_batch`` return one result per owner, each exactly what the
+sequential ``admit`` / ``extend`` / ``free`` calls in batch order would have returned or raised (the error
+object in its place: a batch is not atomic). How:
+
+* **Rung 1, vectorized.** While no float band has demand, rung 1 of a request only takes the end bands'
+  nearest holes, then frontier slots into the gap, so the sequential placements of requests ``0..m-1`` are
+  the first ``sum(demand)`` slots of ``[holes in anchor order..., frontier slots...]`` per end band, cut at
+  the prefix sums: one slice of the sorted holes and one ``arange`` per band, whatever the batch size. A
+  request fits iff the prefix sums of the gap slots it needs fit the gap (one byte budget when the two ends
+  share a gap, one per end when a float sits between them); virtual ids are the ``sum`` lowest free ones, in
+  (request, class, page) order, as the sequential binds take them.
+* **The ladder, one request.** The first request rung 1 cannot place that way (a float demand, or the gap
+  ran out) runs the sequential ladder (compaction, relayout, or AdmissionRejected); the batch then resumes
+  vectorized after it.
+
+Host cost per call: numpy over the batch's pages, plus one dict lookup per owner name; device work: one upload
+and two table scatters, one zero launch per class with new pages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import repeat
+from typing import Any
+
+import numpy as np
+import torch
+
+from kvarena.gpu.results import BatchResult
+from kvarena.spec.errors import (
+    AdmissionRejectedError,
+    ArenaError,
+    DuplicateOwnerError,
+    InvalidArgumentError,
+    UnknownOwnerError,
+)
+
+_EMPTY = np.zeros(0, dtype=np.int64)
+
+
+class BatchOps:
+    """Mixed into :class:`kvarena.gpu.allocator.GpuArena` (it owns the state these methods use)."""
+
+    order: list[str]
+    owners: Any
+    pool: Any
+    _chain: list[Any]
+
+    # -- demands --------------------------------------------------------------------------------
+    def _demand_matrix(self, demands: Any, n: int) -> tuple[np.ndarray, dict[int, ArenaError]]:
+        """``(requests, classes)`` pages (chain order) and the requests whose demand is malformed.
+
+        ``demands`` is an int array of that shape (the engine's form: validated vectorized) or a sequence of
+        ``{class: pages}`` mappings (validated one by one, as ``extend`` does)."""
+        k = len(self.order)
+        errors: dict[int, ArenaError] = {}
+        if isinstance(demands, (np.ndarray, torch.Tensor)):
+            d = np.asarray(demands.cpu() if isinstance(demands, torch.Tensor) else demands)
+            if d.shape != (n, k) or not np.issubdtype(d.dtype, np.integer):
+                raise InvalidArgumentError(f"demands must be an int array of shape ({n}, {k}) (requests, classes "
+                                           f"{self.order}), got {d.dtype} {d.shape}")
+            d = d.astype(np.int64, copy=True)
+            tops = np.array([b.top for b in self._chain], dtype=np.int64)
+            pbytes = np.array([b.page_bytes for b in self._chain], dtype=np.int64)
+            bad = (d < 0).any(axis=1) | (d > tops).any(axis=1) | ((d * pbytes).sum(axis=1) > self.capacity)
+            for r in np.flatnonzero(bad).tolist():
+                try:
+                    self._demand(dict(zip(self.order, d[r].tolist())))
+                except ArenaError as e:
+                    errors[r] = e
+                d[r] = 0
+            return d, errors
+        if len(demands) != n:
+            raise InvalidArgumentError(f"{len(demands)} demands for {n} owners; pass one demand per owner")
+        d = np.zeros((n, k), dtype=np.int64)
+        for r, dem in enumerate(demands):
+            try:
+                for c, pages in self._demand(dem).items():
+                    d[r, self.cidx[c]] = pages
+            except ArenaError as e:
+                errors[r] = e
+        return d, errors
+
+    # -- the batched calls ---------------------------------------------------------------------
+    def extend_batch(self, owners: Sequence[str], demands: Any) -> BatchResult:
+        """``extend(owners[k], demands[k])`` for every k, in order; one result per owner."""
+        self.poll()
+        n = len(owners)
+        rows = np.fromiter(map(self.owners.rows.get, owners, repeat(-1, n)), dtype=np.int64, count=n)
+        unknown = np.flatnonzero(rows < 0)
+        errors: dict[int, ArenaError] = {int(r): UnknownOwnerError(f"owner {owners[r]!r} holds no pages; admit it "
+                                                                   "first") for r in unknown}
+        d, bad = self._demand_matrix(demands, n)
+        errors.update({r: e for r, e in bad.items() if r not in errors})  # the owner is checked first
+        d[unknown] = 0
+        return self._place_rows(d, rows, errors)
+
+    def admit_batch(self, owners: Sequence[str], demands: Any) -> BatchResult:
+        """``admit(owners[k], demands[k])`` (no shared pages) for every k, in order; one result per owner."""
+        self.poll()
+        n = len(owners)
+        if len(set(owners)) != n:  # a name twice: whether the second is a duplicate depends on the first
+            return self._sequential_admits(owners, demands)
+        errors: dict[int, ArenaError] = {}
+        for r, o in enumerate(owners):
+            if o in self.owners:
+                errors[r] = DuplicateOwnerError(f"owner {o!r} is already admitted; use extend() to grow it, or "
+                                                "free() it first")
+        d, bad = self._demand_matrix(demands, n)
+        errors.update({r: e for r, e in bad.items() if r not in errors})
+        rows = np.array([-1 if r in errors else self.owners.add(o) for r, o in enumerate(owners)], dtype=np.int64)
+        d[list(errors)] = 0
+        out = self._place_rows(d, rows, errors)
+        for r in out.errors:
+            if rows[r] >= 0:  # admitted by name above, then refused by the ladder: never admitted
+                self.owners.forget(owners[r])
+        return out
+
+    def _sequential_admits(self, owners: Sequence[str], demands: Any) -> BatchResult:
+        n, k = len(owners), len(self.order)
+        rows_d = np.asarray(demands) if isinstance(demands, np.ndarray) else None
+        counts = np.zeros((n, k), dtype=np.int64)
+        vids: list[int] = []
+        slots: list[int] = []
+        res = BatchResult(list(self.order), counts, _EMPTY, _EMPTY)
+        for r, o in enumerate(owners):
+            dem = dict(zip(self.order, rows_d[r].tolist())) if rows_d is not None else demands[r]
+            try:
+                adm = self.admit(o, dem)
+            except ArenaError as e:
+                res.errors[r] = e
+                continue
+            for c, name in enumerate(self.order):
+                got = adm.pages.get(name, ())
+                counts[r, c] = len(got)
+                vids += got
+                slots += adm.plan.placements.get(name, ())
+            res.plans[r] = adm.plan
+        res.vids, res.slots = np.array(vids, dtype=np.int64), np.array(slots, dtype=np.int64)
+        return res
+
+    def free_batch(self, owners: Sequence[str]) -> list[Any]:
+        """``free(owners[k])`` for every k, in order: the freed pages per owner (or the error object)."""
+        self.poll()
+        out: list[Any] = [None] * len(owners)
+        rows, pos, names = [], [], []
+        seen: set[str] = set()
+        for k, o in enumerate(owners):
+            r = self.owners.rows.get(o)
+            if r is None or o in seen:
+                out[k] = UnknownOwnerError(f"owner {o!r} holds no pages; admit it first")
+                continue
+            seen.add(o)
+            rows.append(r)
+            pos.append(k)
+            names.append(o)
+        if not rows:
+            return out
+        log, kk = self.owners, len(self.order)
+        rows_a = np.array(rows, dtype=np.int64)
+        e = log.entries_of_rows(rows_a)
+        rank = np.zeros(int(rows_a.max()) + 1, dtype=np.int64)
+        rank[rows_a] = np.arange(len(rows_a))
+        who = rank[log.row[e]]
+        e = e[np.argsort(who * kk + log.cls[e], kind="stable")]  # owner by owner; class, then acquisition
+        who, vids = rank[log.row[e]], log.vid[e]
+        occ = _occurrence(vids)
+        freed_mask = occ == self.refs[vids]  # the owner whose let-go takes the count to 0 frees the page
+        np.subtract.at(self.refs, vids, 1)
+        log.kill(e)
+        for o in names:
+            log.forget(o)
+        freed = vids[freed_mask]
+        self._free_pages(freed)
+        cuts = np.searchsorted(who[freed_mask], np.arange(len(rows) + 1))
+        for j, k in enumerate(pos):
+            out[k] = freed[cuts[j]:cuts[j + 1]].tolist()
+        return out
+
+    # -- placement -----------------------------------------------------------------------------
+    def _place_rows(self, d: np.ndarray, rows: np.ndarray, errors: dict[int, ArenaError]) -> BatchResult:
+        n = len(d)
+        counts = d.copy()
+        parts_v: list[np.ndarray] = []
+        parts_s: list[np.ndarray] = []
+        res = BatchResult(list(self.order), counts, _EMPTY, _EMPTY, errors)
+        k = 0
+        while k < n:
+            m = self._fast_prefix(d[k:])
+            if m:
+                v, s = self._place_fast(d[k:k + m], rows[k:k + m])
+                parts_v.append(v)
+                parts_s.append(s)
+                k += m
+                continue
+            dem = {self.order[c]: int(x) for c, x in enumerate(d[k].tolist()) if x}
+            try:
+                plan = self.ladder.admission(dem)
+            except AdmissionRejectedError as e:
+                errors[k] = e
+                counts[k] = 0
+                k += 1
+                continue
+            pages = self._apply(plan)
+            v = np.array([x for c in self.order for x in pages.get(c, ())], dtype=np.int64)
+            self._hold(int(rows[k]), v)
+            parts_v.append(v)
+            parts_s.append(np.array([x for c in self.order for x in plan.placements.get(c, ())], dtype=np.int64))
+            res.plans[k] = plan
+            k += 1
+        if parts_v:
+            res.vids, res.slots = np.concatenate(parts_v), np.concatenate(parts_s)
+        return res
+
+    def _fast_prefix(self, d: np.ndarray) -> int:
+        """How many leading requests of ``d`` rung 1 places vectorized (see the module docstring)."""
+        n, k = d.shape
+        if k < 2 or not n:
+            return 0
+        lim = n
+        if k > 2:
+            fl = d[:, 1:-1].any(axis=1)
+            if fl.any():
+                lim = int(np.argmax(fl))
+        if not lim:
+            return 0
+        low, high = self._chain[0], self._chain[-1]
+        gl = np.maximum(np.cumsum(d[:lim, 0]) - len(low.holes), 0)
+        gh = np.maximum(np.cumsum(d[:lim, -1]) - len(high.holes), 0)
+        floats = [b for b in self._chain[1:-1] if not b.empty]
+        if not floats:
+            ok = gl * low.page_bytes + gh * high.page_bytes <= high.lo_byte - low.hi_byte
+        else:
+            ok = ((gl <= (floats[0].lo_byte - low.hi_byte) // low.page_bytes)
+                  & (gh <= (high.lo_byte - floats[-1].hi_byte) // high.page_bytes))
+        bad = np.flatnonzero(~ok)
+        return int(bad[0]) if len(bad) else lim
+
+    def _place_fast(self, d: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Rung 1 for requests whose demand is on the end bands only and fits: holes, then frontiers."""
+        n, k = d.shape
+        counts = d.ravel()
+        total = int(counts.sum())
+        if not total:
+            return _EMPTY, _EMPTY
+        vids = self.pool.take(total)
+        classes = np.repeat(np.tile(np.arange(k, dtype=np.int64), n), counts)
+        slots = np.empty(total, dtype=np.int64)
+        for c in (0, k - 1):
+            want = int(d[:, c].sum())
+            if not want:
+                continue
+            band = self._chain[c]
+            h = min(want, len(band.holes))
+            g = want - h
+            if c == 0:  # low end: holes ascending, then up from hi
+                taken = band.holes[:h]
+                del band.holes[:h]
+                front = np.arange(band.hi, band.hi + g, dtype=np.int64)
+                band.hi += g
+            else:  # high end: holes descending, then down from lo
+                taken = band.holes[len(band.holes) - h:][::-1]
+                del band.holes[len(band.holes) - h:]
+                front = np.arange(band.lo - 1, band.lo - 1 - g, -1, dtype=np.int64)
+                band.lo -= g
+            sl = np.concatenate([np.asarray(taken, dtype=np.int64), front])
+            mine = classes == c
+            slots[mine] = sl
+            band.live.put(sl, vids[mine])
+        self.vcls[vids], self.vslot[vids] = classes, slots
+        self.refs[vids] = 1
+        self.owners.append(np.repeat(rows, d.sum(axis=1)), classes, vids)
+        self._device_bind(classes, vids, slots)
+        return vids, slots
+
+    # -- token level ---------------------------------------------------------------------------
+    def token_locs(self, cls: str, owners: Sequence[str], pre_lens: Any, seq_lens: Any,
+                   out: torch.Tensor | None = None) -> torch.Tensor:
+        """Physical entry (on ``cls``'s grid) of every new token of each owner, request after request: tokens
+        ``[pre_lens[k], seq_lens[k])`` of owner k's ``cls`` pages in the order it holds them (SGLang's
+        ``out_indices`` of ``alloc_extend``; decode is ``seq = pre + 1``). The lens are the host's; the result
+        is computed from the host mirrors and uploaded once (staged), so nothing is read back."""
+        if cls not in self.bands:
+            raise InvalidArgumentError(f"unknown class {cls!r}; use one of {self.order}")
+        n = len(owners)
+        rows = np.fromiter(map(self.owners.rows.get, owners, repeat(-1, n)), dtype=np.int64, count=n)
+        if (rows < 0).any():
+            raise UnknownOwnerError(f"token_locs: owner {owners[int(np.argmax(rows < 0))]!r} holds no pages")
+        if len(np.unique(rows)) != n:
+            raise InvalidArgumentError("token_locs: an owner appears twice; name each request once")
+        pre, seq = np.asarray(pre_lens, dtype=np.int64), np.asarray(seq_lens, dtype=np.int64)
+        if pre.shape != (n,) or seq.shape != (n,) or (pre < 0).any() or (seq < pre).any():
+            raise InvalidArgumentError("token_locs: pre_lens and seq_lens need one entry per owner, 0 <= pre <= seq")
+        log, c, epp = self.owners, self.cidx[cls], self.mem.epp[cls]
+        e = log.entries_of_rows(rows)
+        e = e[log.cls[e] == c]
+        rank = np.zeros(int(rows.max()) + 1 if n else 1, dtype=np.int64)
+        rank[rows] = np.arange(n)
+        who = rank[log.row[e]]
+        e = e[np.argsort(who, kind="stable")]
+        held = np.bincount(rank[log.row[e]], minlength=n)
+        first = np.concatenate([[0], np.cumsum(held)])[:-1]
+        ext = seq - pre
+        req = np.repeat(np.arange(n), ext)
+        q = pre[req] + np.arange(len(req)) - (np.cumsum(ext) - ext)[req]
+        page = q // epp
+        if (page >= held[req]).any():
+            bad = int(req[np.argmax(page >= held[req])])
+            raise InvalidArgumentError(f"token_locs: owner {owners[bad]!r} holds {held[bad]} {cls} pages, too few for "
+                                       f"{seq[bad]} tokens; extend it first")
+        loc = self.vslot[log.vid[e][first[req] + page]] * epp + q % epp
+        dev = self.staging.upload(loc)  # a slice of a staging buffer the next upload reuses: copy it out
+        if out is None:
+            out = torch.empty(len(loc), dtype=torch.int64, device=self.device)
+        out[:len(loc)].copy_(dev)
+        return out[:len(loc)]
+
+
+def _occurrence(v: np.ndarray) -> np.ndarray:
+    """1-based count of each element's value among the elements up to it (``[7, 3, 7] -> [1, 1, 2]``)."""
+    order = np.argsort(v, kind="stable")
+    s = v[order]
+    idx = np.arange(len(v))
+    start = np.maximum.accumulate(np.where(np.r_[True, s[1:] != s[:-1]], idx, 0))
+    occ = np.empty(len(v), dtype=np.int64)
+    occ[order] = idx - start + 1
+    return occ
+
+
+__all__ = ["BatchOps"]

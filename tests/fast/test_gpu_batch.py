@@ -1,0 +1,248 @@
+"""gpu/'s batched engine calls: exactly the sequential calls, with no device read and no data-dependent shape.
+
+* ``admit_batch`` / ``extend_batch`` / ``free_batch`` against the reference's sequential ``admit`` / ``extend``
+  / ``free`` in batch order (random batches with unknown and repeated owners, malformed and rejected demands,
+  both demand forms), on the torch path and under TRITON_INTERPRET=1; observation and holdings after every step.
+* The same calls, ``translate_tokens(out=, out_width=)`` and ``token_locs`` with every device tensor on torch's
+  **meta** device: a meta tensor cannot be read (``.item()``, ``.tolist()``, ``.cpu()`` raise) and forbids
+  data-dependent shapes, so passing proves the hot path neither syncs nor sizes anything from device data.
+  The host state it leaves is the one a CPU arena doing the same leaves.
+* A FORWARD user acquired with an event stays until its event completes, then is released at the next call.
+* Padding lanes point past the arena's last byte; the staging ring never rewrites an in-flight buffer.
+"""
+
+import os
+
+os.environ["TRITON_INTERPRET"] = "1"  # before the kernels are decorated
+
+import random
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+import kvarena.gpu.kernels as kernels
+from kvarena.conformance.adapter import observe_reference
+from kvarena.gpu import staging
+from kvarena.gpu.allocator import make
+from kvarena.gpu.kernels import use_interpreter
+from kvarena.gpu.results import Admission
+from kvarena.reference.arena import Arena
+from kvarena.spec.errors import ArenaError, CapacityTooSmallError
+from kvarena.spec.models import ArenaConfig, preset
+from kvarena.spec.types import UserKind
+
+use_interpreter()
+
+
+def _config(model: str, cap: int, ps: int) -> ArenaConfig:
+    while True:
+        config = ArenaConfig(preset(model), cap, page_size=ps, max_context_len=16)
+        try:
+            Arena(config)
+            return config
+        except CapacityTooSmallError:
+            cap += 256
+
+
+def _norm(x: Any) -> tuple:
+    if isinstance(x, ArenaError):
+        return ("error", type(x).__name__, getattr(x, "shortfall", None), getattr(x, "shortfall_bytes", None))
+    if isinstance(x, Admission) or hasattr(x, "pages"):
+        return ("ok", dict(x.pages), x.plan)
+    return ("ok", list(x) if isinstance(x, list) else x)
+
+
+def _seq(ref: Arena, method: str, *args: Any) -> tuple:
+    try:
+        return _norm(getattr(ref, method)(*args))
+    except ArenaError as e:
+        return _norm(e)
+
+
+class BatchLockstep:
+    def __init__(self, model: str, seed: int) -> None:
+        self.rng = random.Random(seed)
+        self.config = _config(model, 2400 + 128 * self.rng.randint(0, 12), self.rng.choice([2, 4]))
+        self.ref, self.gpu = Arena(self.config), make(self.config)
+        self.order = self.ref.order
+        self.n = 0
+        self.fast = self.fell_back = self.rejected = 0
+
+    def name(self) -> str:
+        self.n += 1
+        return f"b{self.n}"
+
+    def demands(self, k: int, hi: int) -> tuple[Any, list[dict]]:
+        rows = [[self.rng.randint(0, hi) for _ in self.order] for _ in range(k)]
+        if self.rng.random() < 0.15:
+            rows[self.rng.randrange(k)][0] = self.rng.choice([-1, 10_000])  # malformed: each refused alone
+        dicts = [dict(zip(self.order, r)) for r in rows]
+        return (np.array(rows, dtype=np.int64) if self.rng.random() < 0.5 else dicts), dicts
+
+    def owners(self, k: int) -> list[str]:
+        live = [o for o in self.ref.owners]
+        out = [self.rng.choice(live) if live and self.rng.random() < 0.85 else "ghost" for _ in range(k)]
+        if out and self.rng.random() < 0.2:
+            out.append(out[0])  # the same owner twice in one batch
+        return out
+
+    def step(self) -> None:
+        r = self.rng
+        op = r.choices(["admit", "extend", "free", "single"], [4, 5, 2, 3])[0]
+        if op == "admit":
+            k = r.randint(1, 6)
+            owners = [self.name() for _ in range(k)]
+            if r.random() < 0.1:
+                owners[-1] = owners[0] if r.random() < 0.5 else (list(self.ref.owners) or ["x"])[0]
+            arr, dicts = self.demands(k, 3)
+            want = [_seq(self.ref, "admit", o, d) for o, d in zip(owners, dicts)]
+            got = [_norm(x) for x in self.gpu.admit_batch(owners, arr)]
+        elif op == "extend":
+            owners = self.owners(r.randint(1, 8))
+            arr, dicts = self.demands(len(owners), 2)
+            want = [_seq(self.ref, "extend", o, d) for o, d in zip(owners, dicts)]
+            res = self.gpu.extend_batch(owners, arr)
+            got = [_norm(x) for x in res]
+            self.fell_back += len(res.plans)
+            self.fast += len(res) - len(res.plans) - len(res.errors)
+            self.rejected += sum(g[1] == "AdmissionRejectedError" for g in got if g[0] == "error")
+        elif op == "free":
+            owners = self.owners(r.randint(1, 4))
+            want = [_seq(self.ref, "free", o) for o in owners]
+            got = [_norm(x) for x in self.gpu.free_batch(owners)]
+        else:
+            self.single()
+            return
+        assert got == want, f"step {self.n} {op}:\n  reference {want}\n  gpu       {got}"
+
+    def single(self) -> None:
+        """Sequential calls in between: holes (free every other), users, compaction."""
+        r, owners = self.rng, list(self.ref.owners)
+        case = r.randrange(4)
+        if case == 0 and owners:
+            for o in owners[::2]:
+                assert _seq(self.ref, "free", o) == _norm(self.gpu.free(o))
+        elif case == 1 and self.ref.v2p:
+            vids = r.sample(sorted(self.ref.v2p), min(3, len(self.ref.v2p)))
+            u, kind = self.name(), r.choice(list(UserKind))
+            self.ref.acquire(u, kind, vids)
+            self.gpu.acquire(u, kind, vids)
+        elif case == 2 and self.ref.users:
+            u = r.choice(sorted(self.ref.users))
+            self.ref.release(u)
+            self.gpu.release(u)
+        else:
+            mm = r.choice([None, 1, 2])
+            assert _seq(self.ref, "compact", mm) == _norm(self.gpu.compact(mm))
+
+    def compare(self) -> None:
+        assert observe_reference(self.ref) == self.gpu.observe(), f"step {self.n}: observations differ"
+        for o in self.ref.owners:
+            assert self.ref.held(o) == self.gpu.held(o), f"step {self.n}: holdings of {o} differ"
+
+    def run(self, steps: int) -> None:
+        for _ in range(steps):
+            self.step()
+            self.compare()
+
+
+@pytest.mark.parametrize("model", ["toy-tri", "toy-swa", "toy-state"])
+@pytest.mark.parametrize("path", ["torch", "interpreter"])
+def test_batched_calls_are_the_sequential_calls(model: str, path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    if path == "torch":
+        monkeypatch.setattr(kernels, "interpreted", lambda kernel: False)
+    fast = fell_back = rejected = 0
+    for seed in range(2 if path == "torch" else 1):
+        ls = BatchLockstep(model, seed)
+        ls.run(120 if path == "torch" else 60)
+        fast, fell_back, rejected = fast + ls.fast, fell_back + ls.fell_back, rejected + ls.rejected
+    assert fast and fell_back and rejected, f"vectorized {fast}, by the ladder {fell_back}, rejected {rejected}"
+
+
+# ---------------------------------------------------------------------------------------------
+# The meta device: no host read, no data-dependent shape
+
+
+def _steps(a: Any, n: int) -> list[Any]:
+    owners = [f"r{i}" for i in range(n)]
+    out = [a.admit_batch(owners, np.tile([[2, 4]], (n, 1)))]
+    for _ in range(3):
+        out.append(a.extend_batch(owners, np.tile([[1, 1]], (n, 1))))
+    out.append(a.free_batch([*owners[::3], "ghost"]))
+    out.append(a.extend_batch(owners[1::3], [{"full": 2}] * len(owners[1::3])))  # reuses the holes just freed
+    live = owners[1::3]
+    locs = a.token_locs("full", live, np.full(len(live), 4 * 5), np.full(len(live), 4 * 5 + 1))  # decode
+    out.append(tuple(locs.shape))
+    vt = torch.empty(100, dtype=torch.int64, device=a.device)
+    buf = torch.empty(256, dtype=torch.int64, device=a.device)
+    out.append(tuple(a.translate_tokens("full", vt, out=buf, out_width=128).shape))
+    return out
+
+
+def test_hot_path_runs_on_the_meta_device() -> None:
+    config = ArenaConfig(preset("toy-swa"), 1 << 20, page_size=4, max_context_len=16)  # window low, full high
+    meta, cpu = make(config, device="meta"), make(config, device="cpu")
+    assert meta.mem.raw.is_meta and meta.tables.v2p.is_meta and meta.tables.p2v.is_meta
+    got_meta, got_cpu = _steps(meta, 96), _steps(cpu, 96)
+    for m, c in zip(got_meta, got_cpu):
+        assert m == c if isinstance(m, tuple) else [_norm(x) for x in m] == [_norm(x) for x in c]
+    assert all(not x.errors for x in got_meta if hasattr(x, "errors")), "every call was a rung-1 placement"
+    assert not any(x.plans for x in got_meta if hasattr(x, "plans")), "the ladder ran: not the rung-1 fast path"
+    for c in meta.order:
+        assert np.array_equal(meta.bands[c].live.arr, cpu.bands[c].live.arr)
+        assert list(meta.bands[c].holes) == list(cpu.bands[c].holes)
+    assert np.array_equal(meta.vslot, cpu.vslot) and np.array_equal(meta.vcls, cpu.vcls)
+    with pytest.raises((RuntimeError, NotImplementedError)):
+        meta.tables.v2p.cpu()  # the proof means something: a read of a meta tensor fails
+
+
+# ---------------------------------------------------------------------------------------------
+# Events, padding lanes, staging
+
+
+class FakeEvent:
+    def __init__(self) -> None:
+        self.done = False
+
+    def query(self) -> bool:
+        return self.done
+
+
+def test_event_released_user_is_released_only_after_its_event() -> None:
+    config = _config("toy-swa", 3000, 2)
+    ref, gpu = Arena(config), make(config)
+    for a in (ref, gpu):
+        a.admit("a", {"window": 2, "full": 2})
+        a.admit("b", {"window": 1, "full": 1})
+    vids = [v for vs in ref.held("a").values() for v in vs]
+    ev = FakeEvent()
+    ref.acquire("fwd", UserKind.FORWARD_READ, vids)
+    gpu.acquire("fwd", UserKind.FORWARD_READ, vids, event=ev)
+    assert ref.free("a") == gpu.free("a")
+    for _ in range(3):  # not completed: the pages stay withheld, call after call
+        assert _seq(ref, "compact", None) == _norm(gpu.compact())
+        assert observe_reference(ref) == gpu.observe() and any(gpu.observe().withheld.values())
+    ev.done = True
+    ref.release("fwd")  # the reference's user is released by hand where the gpu polls it
+    assert _seq(ref, "compact", None) == _norm(gpu.compact())
+    assert observe_reference(ref) == gpu.observe() and not any(gpu.observe().withheld.values())
+    assert "fwd" not in gpu.users and gpu.stats["released_by_event"] == 1
+
+
+def test_padding_lanes_point_past_every_page() -> None:
+    config = _config("toy-tri", 3000, 4)
+    gpu = make(config)
+    gpu.admit_batch(["a", "b"], np.array([[1, 1, 2], [0, 1, 1]]))
+    for c in gpu.order:
+        pad, eb = gpu.pad_entry(c), gpu.mem.layouts[c].entry_bytes
+        assert pad * eb >= config.capacity and (pad + 1) * eb <= gpu.mem.raw.numel(), "pad entry outside the arena"
+        vt = torch.tensor([v * gpu.mem.epp[c] for v in gpu.held("a")[c]], dtype=torch.int64)
+        out = torch.full((16,), 7, dtype=torch.int64)
+        got = gpu.translate_tokens(c, vt, out=out, out_width=8)
+        assert got.tolist()[len(vt):] == [pad] * (8 - len(vt)) and out[8:].tolist() == [7] * 8
+
+
+def test_staging_never_rewrites_a_buffer_in_flight() -> None:
+    staging.check()
