@@ -231,11 +231,12 @@ def r_release(c: Conductor, ch: Chooser) -> None:
     c.run("release", user=ch.choice(list(c.users), "user"))
 
 
-def r_moves_under_forward(c: Conductor, ch: Chooser) -> None:
-    """A forward pass holds one request's pages while the arena compacts or relayouts
-    (the race SGLang guards with move gates, sglang #39982)."""
+def r_moves_under_users(c: Conductor, ch: Chooser) -> None:
+    """A ledger user of any kind (a forward pass, a host-cache save or load, a network send or receive) holds
+    one request's pages while the arena compacts or relayouts (the races SGLang guards with move gates,
+    sglang #39982, and that transfers hit, #37507)."""
     owner = ch.choice(requests(c), "owner")
-    kind = ch.choice([UserKind.FORWARD_READ.value, UserKind.FORWARD_WRITE.value], "kind")
+    kind = ch.choice(KINDS, "kind")
     relayout = ch.boolean("relayout")
     release = ch.boolean("release")
     pages = held_flat(c, owner)
@@ -434,7 +435,7 @@ RULES: dict[str, tuple[Callable[[Conductor], bool] | None, Callable[[Conductor, 
     "cache_evict": (lambda c: CACHE in c.oracle.owners(), r_cache_evict, 2),
     "acquire": (_has_pages, r_acquire, 4),
     "release": (lambda c: bool(c.users), r_release, 4),
-    "moves_under_forward": (_has_requests, r_moves_under_forward, 3),
+    "moves_under_users": (_has_requests, r_moves_under_users, 3),
     "compact": (None, r_compact, 3),
     "relayout": (None, r_relayout, 3),
     "write": (_has_pages, r_write, 4),

@@ -194,11 +194,10 @@ class ArenaMachine(RuleBasedStateMachine):
         self.a.release(user)
 
     @precondition(lambda self: self.requests)
-    @rule(data=st.data(), kind=st.sampled_from([UserKind.FORWARD_READ, UserKind.FORWARD_WRITE]),
-          relayout=st.booleans(), release=st.booleans())
-    def moves_under_forward(self, data: st.DataObject, kind: UserKind, relayout: bool, release: bool) -> None:
-        """A forward pass holds one request's pages while the arena compacts or relayouts
-        (the race SGLang guards with move gates, sglang #39982)."""
+    @rule(data=st.data(), kind=st.sampled_from(list(UserKind)), relayout=st.booleans(), release=st.booleans())
+    def moves_under_users(self, data: st.DataObject, kind: UserKind, relayout: bool, release: bool) -> None:
+        """A ledger user of any kind (forward pass, host-cache copy, network transfer) holds one request's
+        pages while the arena compacts or relayouts (sglang #39982 move gates, #37507 transfers)."""
         owner = data.draw(st.sampled_from(self.requests), label="owner")
         vids = [v for vs in self.a.held(owner).values() for v in vs]
         if not vids:

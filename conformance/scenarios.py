@@ -136,7 +136,7 @@ def mixed(steps: int, weights: dict[str, int] | None = None) -> Script:
     return script
 
 
-LEDGER_WEIGHTS = {"acquire": 8, "release": 6, "moves_under_forward": 8, "compact": 5, "relayout": 5, "squeeze": 3,
+LEDGER_WEIGHTS = {"acquire": 8, "release": 6, "moves_under_users": 8, "compact": 5, "relayout": 5, "squeeze": 3,
                   "churn": 4, "write_page": 3, "duplicate_user": 2, "release_unknown": 2}
 
 
@@ -208,7 +208,7 @@ def rung3_relayout(c: Conductor, rng: random.Random) -> None:
     c.run("relayout", demand={"state": 0, "window": 1, "full": 2})
     c.run("release", user="fwd")
     c.run("relayout", demand={"state": 0, "window": 1, "full": 2})
-    walk(c, rng, 80, {"squeeze": 6, "relayout": 6, "moves_under_forward": 4})
+    walk(c, rng, 80, {"squeeze": 6, "relayout": 6, "moves_under_users": 4})
     readback(c)
 
 
