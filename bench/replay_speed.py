@@ -19,7 +19,7 @@ from pathlib import Path
 from _provenance import machine_line, python_line, write
 
 from kvarena.replay import compare
-from kvarena.replay_trace import kv_budget
+from kvarena.simulator.mixed_trace import kv_budget
 from kvarena.spec.models import ArenaConfig, preset
 
 

@@ -3,7 +3,7 @@
     python bench/simulate_speed.py [--mem-fraction F] [--out DIR]
 
 Runs every preset once, as ``kvarena simulate --workload NAME`` does (all its configurations, the
-H200 budget, invariants checked at the end of each run), and writes bench/results/simulate-<date>.md
+preset's own budget, SGLang's scheduler rules, invariants checked at the end of each run), and writes bench/results/simulate-<date>.md
 with the machine, the command, the load average and, per preset, wall and CPU seconds. CPU seconds
 are this process's own, so they stay meaningful on a machine shared with other jobs.
 """
@@ -19,22 +19,24 @@ from pathlib import Path
 
 from _provenance import machine_line, python_line, write
 
-from kvarena.simulate import simulate
-from kvarena.workloads import PRESET_WORKLOADS, kv_budget
+from kvarena.simulate import budget_of
+from kvarena.simulator.simulation import simulate
+from kvarena.simulator.workloads import PRESET_WORKLOADS
 
 LIMIT_S = 120.0
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--mem-fraction", type=float, default=0.9)
+    p.add_argument("--mem-fraction", type=float, default=None,
+                   help="an H200 budget at this --mem-fraction-static instead of each preset's own budget")
     p.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     args = p.parse_args(argv)
 
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     rows = []
     for name, w in PRESET_WORKLOADS.items():
-        capacity, budget = kv_budget(w.model, args.mem_fraction)
+        capacity, budget = budget_of(w, argparse.Namespace(capacity_gib=None, mem_fraction=args.mem_fraction))
         cpu0, t0 = time.process_time(), time.perf_counter()
         rep = simulate(w, capacity, budget)
         wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
@@ -48,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         f"# simulate speed, {today}",
         "",
         f"- command: `{command}` (each preset as `kvarena simulate --workload NAME"
-        + (f" --mem-fraction {args.mem_fraction:g}" if args.mem_fraction != 0.9 else "") + "`)",
+        + (f" --mem-fraction {args.mem_fraction:g}" if args.mem_fraction else "") + "`, each preset's budget)",
         machine_line(load) + " (other jobs may share the cores: compare CPU seconds)",
         python_line() + " plus the working tree",
         f"- limit: {LIMIT_S:.0f} s wall per preset (all its configurations)",

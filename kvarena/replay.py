@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -18,17 +19,21 @@ from dataclasses import asdict, dataclass, field
 from kvarena.reference.arena import Arena
 from kvarena.reference.invariants import check_all
 from kvarena.reference.split import SplitPools, split_regions
-from kvarena.replay_trace import Arrival, GiB, build_trace, kv_budget
-from kvarena.scheduler import SchedulerInvariantError, SchedulerModel, TraceSource
-from kvarena.scheduler import run as run_scheduler
-from kvarena.spec.errors import ArenaError, ConfigError
+from kvarena.simulator.arrivals import Arrival, TraceSource
+from kvarena.simulator.budget import GiB
+from kvarena.simulator.engines import smallest_capacity
+from kvarena.simulator.mixed_trace import build_trace, kv_budget
+from kvarena.simulator.scheduler import SIMPLE, SchedulerInvariantError, SchedulerModel
+from kvarena.simulator.scheduler import run as run_scheduler
+from kvarena.spec.errors import ArenaError, CapacityTooSmallError
 from kvarena.spec.models import PRESETS, ArenaConfig, preset
+from kvarena.text import UsageError, gib
 
-# ---- scheduler model (kvarena/scheduler.py, shared with `kvarena simulate`) -----------------------
+# ---- scheduler model (kvarena/simulator/scheduler.py SIMPLE, shared with `kvarena simulate`) ------
 # Decode headroom kept at admission, as SGLang's new_token_ratio: reserve this share of every
 # running request's remaining output. It decays each step (admitting more) and resets on a
 # retraction, so the scheduler probes memory the way SGLang's does.
-NEW_TOKEN_RATIO = (0.7, 0.1, 0.001)  # initial, floor, decay per step
+NEW_TOKEN_RATIO = SIMPLE.new_token_ratio  # initial, floor, decay per step: (0.7, 0.1, 0.001)
 FWD_REQUESTS = 4  # requests whose pages a simulated forward pass holds in the ledger each step
 DEFAULT_CHECK_EVERY = 200  # steps between full invariant checks (O(arena) each)
 STALL_STEPS = 50_000  # far beyond any request's output plus its wait in the built-in trace
@@ -85,8 +90,8 @@ def replay(alloc: Arena, trace: list[Arrival], label: str, check_every: int = DE
            progress: Callable[[str, int, int, int, int], None] | None = None, seed: int = 0) -> Metrics:
     """Run ``trace`` through ``alloc`` (the shared scheduler model, one whole prompt per step, clock in
     steps); raises ReplayInvariantError on the first violation."""
-    model = SchedulerModel(new_token_ratio=NEW_TOKEN_RATIO, forward_requests=FWD_REQUESTS,
-                           check_every=check_every, stall_steps=STALL_STEPS)
+    model = SchedulerModel(**{**SIMPLE.__dict__, "new_token_ratio": NEW_TOKEN_RATIO, "forward_requests": FWD_REQUESTS,
+                              "check_every": check_every, "stall_steps": STALL_STEPS})
     r = run_scheduler(alloc, TraceSource(trace), label, model, seed=seed, progress=progress,
                       check=lambda a: check_all(a))  # looked up at call time (tests plant a broken check)
     return Metrics(label, r.requests, r.admitted, r.completed, r.max_active, r.rejected_headroom,
@@ -140,13 +145,14 @@ Replay one deterministic request trace through two allocators over the same byte
   split pools    SGLang's fixed per-class pools, sized by --swa-full-tokens-ratio 0.8 /
                  --mamba-full-memory-ratio 0.9; nothing grows or moves
 
-The built-in trace (kvarena/replay_trace.py) has three phases, each sized to the KV budget so that
+The built-in trace (kvarena/simulator/mixed_trace.py) has three phases, each sized to the KV budget so that
 both allocators must queue:
   long     a burst of 32K-100K-token prompts with 256-1024 output tokens
   short    a high-concurrency stream of ~1K-token prompts with ~256 output tokens
   mixed    60% short, 35% medium (2K-16K in), 5% long prompts
 
-Scheduler model, kept simple on purpose. Each step, every running request decodes one token. At a
+Scheduler model, kept simple on purpose (SIMPLE in kvarena/simulator/scheduler.py; `kvarena simulate`
+runs SGLang's own rules instead). Each step, every running request decodes one token. At a
 page boundary it extends one full page (and one window page), then slides out the window pages
 that lie wholly outside the window. The FIFO queue is admitted head-of-line while the free pages
 cover the prompt plus a decode reserve. The reserve is a share of the running requests' remaining
@@ -195,25 +201,49 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def check_args(args: argparse.Namespace) -> None:
+    """Flags in the user's units: one line naming the flag to change (UsageError, exit 2)."""
+    if args.capacity_gib is not None and not (math.isfinite(args.capacity_gib) and args.capacity_gib > 0):
+        raise UsageError(f"--capacity-gib {args.capacity_gib:g} must be a number of GiB > 0 (e.g. 16)")
+    if args.page_size < 1 or args.page_size & (args.page_size - 1):
+        raise UsageError(f"--page-size {args.page_size} must be a power of two (e.g. 16 or 64 tokens)")
+    if args.scale <= 0:
+        raise UsageError(f"--scale {args.scale:g} must be > 0")
+    if args.check_every < 0:
+        raise UsageError(f"--check-every {args.check_every} must be >= 0 (0: at the end only)")
+
+
+def too_small(model: str, capacity: int, page_size: int) -> str:
+    """Why ``capacity`` cannot run ``model``, in GiB, naming the flag to change."""
+    kinds = (("the unified arena", Arena), ("the split pools", SplitPools))
+    need = {name: smallest_capacity(lambda c, k=k: k(ArenaConfig(preset(model), c, page_size=page_size)), capacity)
+            for name, k in kinds}
+    least = math.ceil(max(need.values()) / GiB * 100) / 100
+    ctx = preset(model).max_context_len
+    return (f"--capacity-gib {capacity / GiB:g} cannot hold one worst-case {model} request of {ctx:,} tokens "
+            f"({', '.join(f'{n} needs {gib(b)}' for n, b in need.items())}); pass --capacity-gib {least:g} or more")
+
+
 def run(args: argparse.Namespace) -> int:
+    check_args(args)
     try:
         if args.capacity_gib is not None:
             capacity = int(args.capacity_gib * GiB)
             budget = f"KV budget: {args.capacity_gib:g} GiB (--capacity-gib)"
         else:
             capacity, budget = kv_budget(args.model)
-        if args.scale <= 0 or args.check_every < 0:
-            raise ConfigError("--scale must be > 0 and --check-every >= 0")
         config = ArenaConfig(preset(args.model), capacity, page_size=args.page_size)
-        Arena(config), SplitPools(config)  # fail fast on a configuration either side refuses
+        try:
+            Arena(config), SplitPools(config)  # fail fast on a configuration either side refuses
+        except CapacityTooSmallError:
+            raise UsageError(too_small(args.model, capacity, args.page_size)) from None
         trace, results = compare(config, args.seed, args.scale, args.check_every,
                                  None if args.quiet else Progress())
     except ReplayInvariantError as e:
         print(f"kvarena replay: {e}", file=sys.stderr)
         return 1
     except ArenaError as e:
-        print(f"kvarena replay: {e}", file=sys.stderr)
-        return 2
+        raise UsageError(str(e)) from None
     phases = {p: sum(1 for a in trace if a.phase == p) for p in ("long", "short", "mixed")}
     if args.json:
         print(json.dumps({"model": args.model, "budget": budget, "capacity_bytes": capacity,

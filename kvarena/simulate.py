@@ -1,315 +1,38 @@
 """``kvarena simulate``: capacity of split pools, the unified arena and a vLLM-style pool on a workload.
 
-Every configuration gets the same bytes (one H200's KV budget for the model), the same requests and
-the same scheduler model (kvarena/scheduler.py, with SGLang's chunked prefill); the step times come
-from the roofline of kvarena/costmodel.py, so throughput and time to first token are *modeled*.
+The command only parses and prints; the simulator is kvarena/simulator/ (its __init__ maps the modules).
+Every configuration gets the same bytes, the same requests and SGLang 0.5.23's scheduler rules
+(kvarena/simulator/rules.py); the step times come from a roofline, so throughput and latency are
+*modeled*.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import math
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from kvarena.costmodel import CostModel
-from kvarena.reference.arena import Arena
-from kvarena.reference.policy import POLICIES
-from kvarena.reference.split import SplitPools, split_regions
-from kvarena.replay_trace import GiB
-from kvarena.scheduler import RunResult, SchedulerInvariantError, SchedulerModel, run
-from kvarena.spec.errors import ArenaError, ConfigError
-from kvarena.spec.layout import Kind
-from kvarena.spec.models import (
-    DEFAULT_MAMBA_FULL_MEMORY_RATIO,
-    DEFAULT_SWA_FULL_TOKENS_RATIO,
-    PRESETS,
-    ArenaConfig,
-    preset,
-)
-from kvarena.vllm_pool import VllmPool
-from kvarena.workloads import PRESET_WORKLOADS, Workload, kv_budget, trace_workload, workload
+from kvarena.simulator.budget import GiB, sglang_budget
+from kvarena.simulator.costmodel import CostModel
+from kvarena.simulator.engines import UNIFIED_POLICIES, smallest_capacity
+from kvarena.simulator.report import Report, assumptions, comparison, format_table, report_json
+from kvarena.simulator.scheduler import SchedulerInvariantError, SchedulerModel
+from kvarena.simulator.simulation import configurations, simulate
+from kvarena.simulator.workloads import PRESET_WORKLOADS, Workload, lengths_from, trace_workload, workload
+from kvarena.spec.errors import ArenaError, CapacityTooSmallError
+from kvarena.spec.models import PRESETS, preset
+from kvarena.text import UsageError, gib
 
-# ---- the scheduler model of a serving engine (SGLang defaults on an H200) -------------------------
-PREFILL_CHUNK = 8192  # SGLang --chunked-prefill-size for a GPU of 90-160 GB
-CLIP_NEW_TOKENS = 4096  # SGLang CLIP_MAX_NEW_TOKENS: a request's reserved output is capped at this
-# SGLang frees out-of-window KV lazily (every sliding_window_size decode steps); vLLM frees skipped
-# blocks every step (remove_skipped_blocks): the vLLM-style configuration runs with lazy_window off.
-ENGINE = SchedulerModel(prefill_chunk=PREFILL_CHUNK, transient_window=True, lazy_window=True,
-                        clip_new_tokens=CLIP_NEW_TOKENS, check_every=0)
-PLOT_SAMPLES = 1500  # time-series points per configuration: between this and twice this
-PARITY = 0.05  # "near parity": unified / split within 5 %
-
-# Unified-arena admission policies: name -> allocator constructor. The default is the spec's ladder;
-# every shipped plug-in policy (reference/policy.py) runs as one more configuration.
-UNIFIED_POLICIES: dict[str, Callable[[ArenaConfig], Arena]] = {
-    "default": Arena,
-    **{name: (lambda cfg, f=factory: Arena(cfg, f())) for name, factory in POLICIES.items() if name != "ladder"},
-}
-DEFAULT_POLICIES = ("default",)  # `--policies all` runs every shipped policy as its own column
-# --ratio-sweep: split pools at these ratios besides the default (the flag the model's kind uses)
-SWEEP_SWA = (0.1, 0.2, 0.4, 0.6, 1.0)
-SWEEP_MAMBA = (0.1, 0.3, 0.5, 1.5, 3.0)
-
-
-@dataclass(frozen=True)
-class Configuration:
-    label: str
-    kind: str  # "split" | "unified" | "vllm"
-    policy: str = "default"
-    swa_ratio: float = DEFAULT_SWA_FULL_TOKENS_RATIO
-    mamba_ratio: float = DEFAULT_MAMBA_FULL_MEMORY_RATIO
-    sweep: bool = False  # part of --ratio-sweep (reported in the sweep table)
-
-    def build(self, model: str, capacity: int, page_size: int, context: int):
-        cfg = ArenaConfig(preset(model), capacity, page_size, self.swa_ratio, self.mamba_ratio, context)
-        if self.kind == "split":
-            return SplitPools(cfg)
-        if self.kind == "vllm":
-            return VllmPool(cfg)
-        return UNIFIED_POLICIES[self.policy](cfg)
-
-
-def configurations(w: Workload, sweep: bool = False, policies: tuple[str, ...] = DEFAULT_POLICIES
-                   ) -> list[Configuration]:
-    """Split pools and the unified arena (each policy) at each of the workload's ratios, then vLLM."""
-    out: list[Configuration] = []
-    many = len(w.swa_ratios) > 1
-    for r in w.swa_ratios:
-        tag = f" (swa {r:g})" if many else ""
-        out.append(Configuration(f"split pools{tag}", "split", swa_ratio=r))
-        for name in policies:
-            pol = "" if name == "default" else f" [{name}]"
-            out.append(Configuration(f"unified arena{pol}{tag}", "unified", name, swa_ratio=r))
-    out.append(Configuration("vLLM-style pool", "vllm"))
-    if sweep:
-        kinds = {c.kind for c in preset(w.model).classes}
-        if Kind.WINDOW in kinds:
-            out += [Configuration(f"split swa {r:g}", "split", swa_ratio=r, sweep=True)
-                    for r in SWEEP_SWA if r not in w.swa_ratios]
-        if Kind.RECURRENT in kinds:
-            out += [Configuration(f"split mamba {r:g}", "split", mamba_ratio=r, sweep=True) for r in SWEEP_MAMBA]
-    return out
-
-
-# ---- metrics ---------------------------------------------------------------------------------------
-
-
-@dataclass
-class Outcome:
-    """One configuration's run, reduced to the reported metrics."""
-
-    config: str
-    kind: str
-    swa_ratio: float
-    mamba_ratio: float
-    requests: int
-    completed: int
-    max_active: int
-    mean_active: float
-    retractions: int
-    retractions_per_1k: float
-    bytes_moved_compaction: int
-    bytes_moved_relayout: int
-    pages_moved: int
-    throughput_tok_s: float  # modeled
-    ttft_mean_s: float  # modeled
-    ttft_p99_s: float  # modeled
-    makespan_s: float  # modeled
-    peak_utilization: float
-    steps: int
-    operations: int
-    wall_s: float
-    series: dict = field(default_factory=dict, repr=False)
-
-
-def _pct(xs: list[float], q: float) -> float:
-    if not xs:
-        return 0.0
-    s = sorted(xs)
-    return s[min(len(s) - 1, int(q * len(s)))]
-
-
-def outcome(c: Configuration, r: RunResult, series: dict) -> Outcome:
-    return Outcome(
-        c.label, c.kind, c.swa_ratio, c.mamba_ratio, r.requests, r.completed, r.max_active, r.mean_active,
-        r.retractions, 1000 * r.retractions / max(1, r.completed), r.bytes_moved.get(2, 0),
-        r.bytes_moved.get(3, 0), sum(r.moves.values()), r.output_tokens / r.clock if r.clock else 0.0,
-        sum(r.ttft) / max(1, len(r.ttft)), _pct(r.ttft, 0.99), r.clock, r.peak_utilization, r.steps,
-        r.operations, r.wall_s, series)
-
-
-class Series:
-    """Time series for the plots: active requests, bytes per class, band spans and the gap.
-
-    Called every step; keeps every ``stride``-th, and halves itself (doubling the stride) when it
-    holds twice ``limit`` points, so a run of any length keeps between ``limit`` and 2 x ``limit``."""
-
-    def __init__(self, limit: int = PLOT_SAMPLES) -> None:
-        self.data: dict[str, list] = {"t": [], "active": [], "occupancy": [], "spans": [], "gap": []}
-        self.limit, self.stride = limit, 1
-
-    def __call__(self, step: int, clock: float, pager, active: int) -> None:
-        if step % self.stride:
-            return
-        d, alloc = self.data, pager.alloc
-        if len(d["t"]) >= 2 * self.limit:
-            for k in d:
-                d[k] = d[k][::2]
-            self.stride *= 2
-        d["t"].append(clock)
-        d["active"].append(active)
-        d["occupancy"].append(pager.occupancy())
-        if hasattr(alloc, "bands"):
-            d["spans"].append({n: (b.lo_byte, b.hi_byte) for n, b in alloc.bands.items()})
-            d["gap"].append(alloc.gap_bytes() if isinstance(alloc, Arena) and alloc.ANCHORED_ENDS else 0)
-
-
-# ---- running a workload ----------------------------------------------------------------------------
-
-
-@dataclass
-class Report:
-    workload: Workload
-    capacity: int
-    budget: str
-    context: int
-    outcomes: list[Outcome]
-    regions: dict[str, tuple[int, int]]
-    vllm: dict[str, object]
-
-
-def simulate(w: Workload, capacity: int, budget: str, page_size: int = 64, seed: int = 0, scale: float = 1.0,
-             sweep: bool = False, plots: bool = False, check_every: int = 0,
-             progress: Callable[[str, int, int, int, int], None] | None = None,
-             policies: tuple[str, ...] = DEFAULT_POLICIES) -> Report:
-    context = w.max_context()
-    cost = CostModel(preset(w.model))
-    engine = SchedulerModel(**{**ENGINE.__dict__, "check_every": check_every,
-                               "stall_steps": max(50_000, 4 * context)})
-    outcomes = []
-    vllm_info: dict[str, object] = {}
-    for c in configurations(w, sweep, policies):
-        alloc = c.build(w.model, capacity, page_size, context)
-        if isinstance(alloc, VllmPool):
-            g = alloc.geometry
-            vllm_info = {"block_tokens": g.block_tokens, "page_bytes": g.page_bytes, "groups": g.groups,
-                         "padding_bytes": {n: alloc.padding_bytes(n) for n in alloc.order}}
-        series = Series() if plots else None
-        model = SchedulerModel(**{**engine.__dict__, "lazy_window": c.kind != "vllm"})
-        r = run(alloc, w.source(scale), c.label, model, seed=seed, cost=cost, progress=progress,
-                sampler=series, sample_every=1 if plots else 0)
-        outcomes.append(outcome(c, r, series.data if series else {}))
-    regions = split_regions(ArenaConfig(preset(w.model), capacity, page_size, max_context_len=context))
-    return Report(w, capacity, budget, context, outcomes, regions, vllm_info)
-
-
-# ---- output ----------------------------------------------------------------------------------------
+RULES = {f.name: f for f in dataclasses.fields(SchedulerModel)
+         if f.name not in ("check_every", "stall_steps", "forward_requests", "max_running")}
 
 
 def _gib(b: float) -> str:
     return f"{b / GiB:,.1f} GiB"
-
-
-ROWS: list[tuple[str, Callable[[Outcome], str]]] = [
-    ("requests completed", lambda o: f"{o.completed:,} / {o.requests:,}"),
-    ("max active requests", lambda o: f"{o.max_active:,}"),
-    ("mean active requests (time-weighted)", lambda o: f"{o.mean_active:,.1f}"),
-    ("retractions", lambda o: f"{o.retractions:,}"),
-    ("retractions per 1,000 completed", lambda o: f"{o.retractions_per_1k:,.1f}"),
-    ("bytes moved: compaction (rung 2)", lambda o: _gib(o.bytes_moved_compaction)),
-    ("bytes moved: relayout (rung 3)", lambda o: _gib(o.bytes_moved_relayout)),
-    ("modeled output throughput (tok/s)", lambda o: f"{o.throughput_tok_s:,.0f}"),
-    ("modeled TTFT mean / p99 (s)", lambda o: f"{o.ttft_mean_s:,.2f} / {o.ttft_p99_s:,.2f}"),
-    ("modeled time to drain (s)", lambda o: f"{o.makespan_s:,.1f}"),
-    ("peak utilization (used / capacity)", lambda o: f"{100 * o.peak_utilization:.1f} %"),
-    ("scheduler steps", lambda o: f"{o.steps:,}"),
-    ("wall time", lambda o: f"{o.wall_s:.1f} s"),
-]
-
-
-def format_table(outcomes: list[Outcome]) -> str:
-    w = max(18, *(len(o.config) + 2 for o in outcomes), *(len(fn(o)) + 2 for _, fn in ROWS for o in outcomes))
-    lines = [f"{'':<38}" + "".join(f"{o.config:>{w}}" for o in outcomes)]
-    lines += [f"{name:<38}" + "".join(f"{fn(o):>{w}}" for o in outcomes) for name, fn in ROWS]
-    return "\n".join(lines)
-
-
-def comparison(rep: Report) -> dict | None:
-    """Our value of the published metric for the unified arena and the split pools (default policy,
-    first ratio), and whether the direction (which side is better, or parity) agrees."""
-    p = rep.workload.published
-    if p is None:
-        return None
-    sweep = sweep_outcomes(rep)
-    splits = [o for o in rep.outcomes if o.kind == "split" and o not in sweep]
-    unis = [o for o in rep.outcomes if o.kind == "unified"]
-    if p.metric == "ratio_throughput":
-        ours_split = splits[1].throughput_tok_s / splits[0].throughput_tok_s
-        ours_uni = unis[1].throughput_tok_s / unis[0].throughput_tok_s
-        return {"metric": p.metric, "published": p.text, "split": ours_split, "unified": ours_uni,
-                "agrees": (ours_split < 1) == (p.split < 1)}
-    get: Callable[[Outcome], float] = {
-        "throughput": lambda o: o.throughput_tok_s, "max_active": lambda o: o.max_active,
-        "mean_active": lambda o: o.mean_active, "retractions_per_1k": lambda o: o.retractions_per_1k}[p.metric]
-    u, s = get(unis[0]), get(splits[0])
-    ratio = u / s if s else (float("inf") if u else 1.0)
-    if p.unified is None or p.split is None:  # published parity
-        agree = abs(ratio - 1) <= PARITY
-    else:
-        agree = u != s and (u > s) == (p.unified > p.split)
-    return {"metric": p.metric, "published": p.text, "unified": u, "split": s, "ratio": ratio,
-            "published_ratio": p.unified / p.split if p.unified and p.split else None, "agrees": agree}
-
-
-def print_report(rep: Report, out=None) -> None:
-    out = out or sys.stdout
-    w = rep.workload
-    print(f"== {w.name}: {w.describe()}", file=out)
-    print(f"   {w.summary}", file=out)
-    print(f"   KV budget {_gib(rep.capacity)} ({rep.budget}); context {rep.context:,} tokens", file=out)
-    regions = " | ".join(f"{c} {_gib(hi - lo)}" for c, (lo, hi) in rep.regions.items())
-    print(f"   split pools (default ratios): {regions}", file=out)
-    if rep.vllm:
-        pad = ", ".join(f"{c} {b / (1 << 20):,.2f} MiB" for c, b in rep.vllm["padding_bytes"].items() if b)
-        print(f"   vLLM-style pool: {rep.vllm['block_tokens']}-token pages of {rep.vllm['page_bytes'] / (1 << 20):.2f} "
-              f"MiB, groups {rep.vllm['groups']}" + (f", padding per page: {pad}" if pad else ""), file=out)
-    sweep = sweep_outcomes(rep)
-    print(format_table([o for o in rep.outcomes if o not in sweep]), file=out)
-    if sweep:
-        print("   ratio sweep (split pools):", file=out)
-        for o in [o for o in rep.outcomes if o.kind == "split" and o not in sweep] + sweep:
-            print(f"     {o.config:<26} max active {o.max_active:>6,}  mean active {o.mean_active:>9,.1f}  "
-                  f"retractions/1k {o.retractions_per_1k:>7,.1f}  throughput {o.throughput_tok_s:>9,.0f} tok/s",
-                  file=out)
-    cmp = comparison(rep)
-    if cmp:
-        if cmp["metric"] == "ratio_throughput":
-            ours = (f"split pools {cmp['split']:.3f}x, unified arena {cmp['unified']:.3f}x throughput at swa 0.1 "
-                    "vs 0.8")
-        else:
-            ours = f"unified {cmp['unified']:,.1f} vs split {cmp['split']:,.1f} ({cmp['metric']})"
-        print(f"   published: {cmp['published']}; simulated: {ours}; direction "
-              f"{'agrees' if cmp['agrees'] else 'DIFFERS'}", file=out)
-    print(file=out)
-
-
-def sweep_outcomes(rep: Report) -> list[Outcome]:
-    labels = {c.label for c in configurations(rep.workload, True) if c.sweep}
-    return [o for o in rep.outcomes if o.config in labels]
-
-
-def report_json(rep: Report) -> dict:
-    from dataclasses import asdict
-
-    return {"workload": rep.workload.name, "description": rep.workload.describe(), "model": rep.workload.model,
-            "capacity_bytes": rep.capacity, "budget": rep.budget, "context_tokens": rep.context,
-            "split_regions_bytes": {c: hi - lo for c, (lo, hi) in rep.regions.items()}, "vllm": rep.vllm,
-            "results": {o.config: {k: v for k, v in asdict(o).items() if k != "series"} for o in rep.outcomes},
-            "published": comparison(rep)}
 
 
 class ProgressBar:
@@ -338,25 +61,11 @@ class ProgressBar:
                       file=self.stream, flush=True)
 
 
+
 # ---- the command -----------------------------------------------------------------------------------
 
-ASSUMPTIONS = [
-    "KV budget: one H200, 139 GiB usable x --mem-fraction (default 0.9, SGLang --mem-fraction-static) "
-    "- the preset's weights - 4 GiB activations/CUDA graphs; the same bytes for every configuration",
-    f"scheduler: chunked prefill {PREFILL_CHUNK:,} tokens/step mixed with decode, one token per running request "
-    "per step, FIFO head-of-line admission with SGLang's new_token_ratio reserve (0.7 -> 0.1, reserve per "
-    f"request capped at {CLIP_NEW_TOKENS:,} tokens), retract-newest on a refused decode page",
-    "window pages outside the window are released: by SGLang's rule for split pools and the unified arena "
-    "(once a window's worth piled up, so a request holds W..2W tokens), every page for vLLM; a prefill chunk "
-    "holds its whole chunk's window pages through its forward; recurrent state is one slot per request; "
-    "no prefix cache",
-    "split pools: SGLang's ratio flags (--swa-full-tokens-ratio 0.8, --mamba-full-memory-ratio 0.9); "
-    "unified arena: the reference Arena; vLLM-style: one page size, state padded to one page, no moves",
-    "throughput and TTFT are MODELED by the roofline in kvarena/costmodel.py, not measured",
-]
-
 HELP = """\
-Simulate a workload on one H200 under three memory layouts, with the same scheduler model:
+Simulate a workload on one H200 under three memory layouts, with SGLang 0.5.23's scheduler rules:
   split pools       SGLang's fixed per-kind pools sized by --swa-full-tokens-ratio / --mamba-full-memory-ratio
   unified arena     the reference allocator (one byte range; reuse, compact the ends, relayout), one
                     column per admission policy (today: the default)
@@ -364,19 +73,34 @@ Simulate a workload on one H200 under three memory layouts, with the same schedu
                     recurrent state (528 tokens on Qwen3.5-4B), state padded to a page; nothing moves
 
 Metrics: the most and the mean requests running at once, retractions (per 1,000 completed), bytes
-moved by compaction and relayout, and the modeled output throughput, time to first token and drain
-time from a roofline of an H200 (kvarena/costmodel.py). Modeled means computed, not measured.
+moved by compaction and relayout, and the modeled output throughput, TTFT / TPOT / end-to-end latency
+percentiles and drain time from a roofline of an H200 (kvarena/simulator/costmodel.py). Modeled
+means computed, not measured.
+
+Scheduler rules (kvarena/simulator/rules.py cites each in the sglang 0.5.23 source): chunked prefill
+of 8,192 tokens in steps of their own (enable_mixed_chunk off); admission while free memory covers the
+prompt, the new request's own output in full, and the running requests' remaining output at
+new_token_ratio (0.7 -> 0.098) or 1.0 for ignore_eos requests; before a decode step, retract the request
+with the fewest decoded tokens until the step fits, keeping one; out-of-window KV freed 128 tokens past
+the window; Qwen3.5 requests hold 1 + 2 state slots, running capped at max_mamba_cache_size // 5.
+--rule NAME=VALUE changes one (e.g. --rule mixed_chunk=true, --rule retraction=newest).
 
 Workloads: the published single-H200 presets (--list), or --trace FILE: CSV with a header
 (arrival,input,output: seconds, tokens, tokens) or JSON lines ({"arrival": 0.5, "input": 900,
-"output": 200}), on --model.
+"output": 200}), on --model. --concurrency C re-drives a workload with C closed-loop clients (a comma
+list sweeps), --request-rate R with Poisson arrivals; --output-lengths draws lengths.
+
+Budget: a preset's own (calibrated on its published split figure where the published setup is not
+known: one number fitted, the rest predicted), else SGLang's profile of an H200 at --mem-fraction;
+--capacity-gib sets it outright.
 
 examples:
   kvarena simulate --list
   kvarena simulate --workload qwen3.5-4b-16k-4k
   kvarena simulate --workload all --plots            # PNGs in ./kvarena-plots
+  kvarena simulate --workload gpt-oss-20b-max --concurrency 256,512,1024
   kvarena simulate --trace my.csv --model gpt-oss-20b --json
-  kvarena simulate --workload gpt-oss-20b-max --mem-fraction 0.3 --ratio-sweep
+  kvarena simulate --workload gpt-oss-20b-max --mem-fraction 0.9 --ratio-sweep
 """
 
 
@@ -396,13 +120,26 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--policies", default="default",
                    help="unified-arena admission policies to compare, each its own column: 'default' (the spec's "
                         f"ladder), 'all', or a comma list of {', '.join(UNIFIED_POLICIES)}")
-    p.add_argument("--mem-fraction", type=float, default=0.9, help="share of the H200 the engine claims (0.9)")
-    p.add_argument("--capacity-gib", type=float, help="KV bytes in GiB, instead of the H200 arithmetic")
-    p.add_argument("--page-size", type=int, default=64, help="tokens per page (default 64)")
+    p.add_argument("--concurrency", metavar="C[,C...]",
+                   help="closed-loop clients (each sends its next request when its last completes); a comma list "
+                        "runs a concurrency sweep")
+    p.add_argument("--request-rate", type=float, metavar="R", help="Poisson arrivals at R requests per second")
+    p.add_argument("--requests", type=int, metavar="N", help="requests per run with --concurrency / --request-rate "
+                   "(default: the workload's count)")
+    p.add_argument("--output-lengths", default="fixed", metavar="DIST",
+                   help="fixed (default), uniform[:LO] (output drawn in LO..the workload's output; EOS-terminated), "
+                        "or trace:FILE (input and output drawn from FILE's rows)")
+    p.add_argument("--rule", action="append", default=[], metavar="NAME=VALUE",
+                   help=f"change one scheduler rule (repeatable): {', '.join(RULES)}")
+    p.add_argument("--mem-fraction", type=float,
+                   help="SGLang --mem-fraction-static for an H200 budget (instead of the preset's own budget)")
+    p.add_argument("--capacity-gib", type=float, help="KV bytes in GiB, instead of the preset's or the H200's")
+    p.add_argument("--page-size", type=int, default=64,
+                   help="tokens per page (default 64; SGLang uses 1 on Hopper, simulated at 64 for speed)")
     p.add_argument("--scale", type=float, default=1.0, help="multiply the presets' request counts (default 1)")
     p.add_argument("--check-every", type=int, default=0,
                    help="steps between full invariant checks (default 0: at the end of each run only)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the forward-pass ledger picks (default 0)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the forward-pass ledger picks and drawn lengths")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=main)
 
@@ -414,6 +151,75 @@ def list_presets(out=None) -> None:
         print(f"{w.name:<22} {w.describe()}\n{'':<22} {w.summary}.{pub}", file=out)
 
 
+def _rule_value(name: str, text: str) -> object:
+    f = RULES.get(name)
+    if f is None:
+        raise UsageError(f"--rule {name}: no such rule; the rules are {', '.join(RULES)}")
+    default = getattr(SchedulerModel(), name)
+    low = text.strip().lower()
+    try:
+        if low in ("none", "off") and ("None" in str(f.type)):
+            return None
+        if isinstance(default, bool):
+            if low not in ("true", "false", "1", "0", "on", "off"):
+                raise ValueError
+            return low in ("true", "1", "on")
+        if isinstance(default, tuple):
+            return tuple(float(x) for x in text.split(","))
+        if isinstance(default, int):
+            return int(text)
+        if isinstance(default, float):
+            return float(text)
+    except ValueError:
+        raise UsageError(f"--rule {name}={text}: expected a value like {default!r}") from None
+    choices = {"retraction": ("fewest_decoded", "newest"), "ratio_after_retract": ("estimate", "reset")}
+    if text not in choices.get(name, (text,)):
+        raise UsageError(f"--rule {name}={text}: choose one of {', '.join(choices[name])}")
+    return text
+
+
+def scheduler_model(specs: list[str]) -> SchedulerModel:
+    changes = {}
+    for spec in specs:
+        name, eq, value = spec.partition("=")
+        if not eq:
+            raise UsageError(f"--rule {spec!r}: write NAME=VALUE, e.g. --rule mixed_chunk=true")
+        changes[name.strip()] = _rule_value(name.strip(), value)
+    return dataclasses.replace(SchedulerModel(), **changes)
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """Flags in the user's units: one line naming the flag to change (UsageError, exit 2)."""
+    if args.capacity_gib is not None and not (math.isfinite(args.capacity_gib) and args.capacity_gib > 0):
+        raise UsageError(f"--capacity-gib {args.capacity_gib:g} must be a number of GiB > 0 (e.g. 16)")
+    if args.mem_fraction is not None and not 0 < args.mem_fraction <= 1:
+        raise UsageError(f"--mem-fraction {args.mem_fraction:g} must be in (0, 1] (SGLang's is ~0.9 on an H200)")
+    if args.page_size < 1 or args.page_size & (args.page_size - 1):
+        raise UsageError(f"--page-size {args.page_size} must be a power of two (e.g. 16 or 64 tokens)")
+    if args.scale <= 0:
+        raise UsageError(f"--scale {args.scale:g} must be > 0")
+    if args.check_every < 0:
+        raise UsageError(f"--check-every {args.check_every} must be >= 0 (0: at the end only)")
+    if args.request_rate is not None and not (math.isfinite(args.request_rate) and args.request_rate > 0):
+        raise UsageError(f"--request-rate {args.request_rate:g} must be > 0 requests per second")
+    if args.request_rate is not None and args.concurrency:
+        raise UsageError("--concurrency and --request-rate are two arrival processes; pass one")
+    if args.requests is not None and args.requests < 1:
+        raise UsageError(f"--requests {args.requests} must be >= 1")
+
+
+def concurrencies(text: str | None) -> list[int]:
+    if not text:
+        return []
+    try:
+        out = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        out = []
+    if not out or min(out) < 1:
+        raise UsageError(f"--concurrency {text!r}: give clients as whole numbers >= 1, e.g. 64 or 64,128,256")
+    return out
+
+
 def _workloads(args: argparse.Namespace) -> list[Workload]:
     out: list[Workload] = []
     for name in args.workload or ():
@@ -421,43 +227,110 @@ def _workloads(args: argparse.Namespace) -> list[Workload]:
     if args.trace:
         out.append(trace_workload(args.trace, args.model))
     if not out:
-        raise ConfigError("name a workload: --workload NAME (or all), or --trace FILE; --list names the presets")
+        raise UsageError("name a workload: --workload NAME (or all), or --trace FILE; --list names the presets")
+    if args.output_lengths != "fixed":
+        out = [w.with_lengths(lengths_from(args.output_lengths, w)) if not w.arrivals else w for w in out]
+    clients = concurrencies(args.concurrency)
+    if clients:
+        out = [w.with_load(clients=c, requests=args.requests or max(w.count(), 4 * c)) for w in out for c in clients]
+    elif args.request_rate is not None:
+        out = [w.with_load(rate=args.request_rate, requests=args.requests) for w in out]
     return out
+
+
+def budget_of(w: Workload, args: argparse.Namespace) -> tuple[int, str]:
+    if args.capacity_gib is not None:
+        return int(args.capacity_gib * GiB), f"--capacity-gib {args.capacity_gib:g}"
+    if args.mem_fraction is None and w.calibration is not None and w.calibration.gib > 0:
+        c = w.calibration
+        return int(c.gib * GiB), f"{c.gib:g} GiB, calibrated on the published split figure ({c.fitted})"
+    return sglang_budget(w.model, args.mem_fraction or 0.9)
+
+
+def check_capacity(w: Workload, capacity: int, args: argparse.Namespace) -> None:
+    """A budget no configuration can run says so in GiB, naming the flag to change."""
+    context = w.max_context()
+    for c in configurations(w):
+        try:
+            c.build(w.model, capacity, args.page_size, context)
+        except CapacityTooSmallError:
+            need = max(smallest_capacity(lambda n, c=c: c.build(w.model, n, args.page_size, context), capacity)
+                       for c in configurations(w))
+            flag = "--capacity-gib" if args.capacity_gib is not None else "--mem-fraction (or pass --capacity-gib)"
+            raise UsageError(f"{w.name}: a KV budget of {gib(capacity)} cannot hold one request of {context:,} "
+                             f"tokens in the {c.label} ({gib(need)} needed); raise {flag}: "
+                             f"--capacity-gib {math.ceil(need / GiB * 100) / 100:g} or more runs") from None
+
+
+def print_report(rep: Report, out=None) -> None:
+    out = out or sys.stdout
+    w = rep.workload
+    print(f"== {w.name}: {w.describe()}", file=out)
+    print(f"   {w.summary}", file=out)
+    eos = "ignore_eos (reserved at ratio 1.0)" if w.eos() else "EOS-terminated (reserved at new_token_ratio)"
+    print(f"   KV budget {_gib(rep.capacity)} ({rep.budget}); context {rep.context:,} tokens; requests {eos}",
+          file=out)
+    regions = " | ".join(f"{c} {_gib(hi - lo)}" for c, (lo, hi) in rep.regions.items())
+    print(f"   split pools (default ratios): {regions}", file=out)
+    if rep.vllm:
+        pad = ", ".join(f"{c} {b / (1 << 20):,.2f} MiB" for c, b in rep.vllm["padding_bytes"].items() if b)
+        print(f"   vLLM-style pool: {rep.vllm['block_tokens']}-token pages of {rep.vllm['page_bytes'] / (1 << 20):.2f} "
+              f"MiB, groups {rep.vllm['groups']}" + (f", padding per page: {pad}" if pad else ""), file=out)
+    print(format_table(rep.main()), file=out)
+    sweep = rep.sweep()
+    if sweep:
+        print("   ratio sweep (split pools):", file=out)
+        for o in [o for o in rep.main() if o.kind == "split"] + sweep:
+            print(f"     {o.config:<26} max active {o.max_active:>6,}  mean active {o.mean_active:>9,.1f}  "
+                  f"retractions/1k {o.retractions_per_1k:>7,.1f}  throughput {o.throughput_tok_s:>9,.0f} tok/s",
+                  file=out)
+    cmp = comparison(rep)
+    if cmp:
+        if cmp["metric"] == "ratio_throughput":
+            ours = (f"split pools {cmp['split']:.3f}x, unified arena {cmp['unified']:.3f}x throughput at swa 0.1 "
+                    "vs 0.8")
+        else:
+            ours = (f"unified {cmp['unified']:,.1f} vs split {cmp['split']:,.1f} ({cmp['metric']}, ratio "
+                    f"{cmp['ratio']:.2f} vs published {cmp['published_ratio']:.2f})")
+        print(f"   published: {cmp['published']}; simulated: {ours}; direction "
+              f"{'agrees' if cmp['agrees'] else 'DIFFERS'}", file=out)
+    print(file=out)
 
 
 def main(args: argparse.Namespace) -> int:
     if args.list:
         list_presets()
         return 0
+    check_args(args)
+    model = scheduler_model(args.rule)
     try:
-        if args.scale <= 0 or args.check_every < 0:
-            raise ConfigError("--scale must be > 0 and --check-every >= 0")
         loads = _workloads(args)
         if args.plots:
-            from kvarena import plots  # fail before simulating if matplotlib is missing
+            from kvarena.simulator import plots
+
+            plots.require()  # fail before simulating if matplotlib is missing
         reports = []
         policies = tuple(UNIFIED_POLICIES) if args.policies == "all" else tuple(args.policies.split(","))
         unknown = [p for p in policies if p not in UNIFIED_POLICIES]
         if unknown:
-            raise ConfigError(f"unknown policy {unknown}; choose from {', '.join(UNIFIED_POLICIES)} or 'all'")
+            raise UsageError(f"--policies: unknown {', '.join(unknown)}; choose from {', '.join(UNIFIED_POLICIES)} "
+                             "or 'all'")
         for i, w in enumerate(loads):
-            if args.capacity_gib is not None:
-                capacity, budget = int(args.capacity_gib * GiB), f"--capacity-gib {args.capacity_gib:g}"
-            else:
-                capacity, budget = kv_budget(w.model, args.mem_fraction)
+            capacity, budget = budget_of(w, args)
+            check_capacity(w, capacity, args)
             bar = None if args.quiet else ProgressBar(f"[{i + 1}/{len(loads)} {w.name}] ")
             rep = simulate(w, capacity, budget, args.page_size, args.seed, args.scale, args.ratio_sweep,
-                           bool(args.plots), args.check_every, bar, policies)
+                           bool(args.plots), args.check_every, bar, policies, model)
             reports.append(rep)
             if not args.json:
                 if i == 0:
                     print("kvarena simulate: assumptions")
-                    for a in ASSUMPTIONS:
+                    for a in assumptions(args.page_size):
                         print(f"  - {a}")
                     print("  - " + "\n    ".join(CostModel(preset(w.model)).describe()[:1]) + "\n")
                 print_report(rep)
             if args.plots:
-                from kvarena import plots
+                from kvarena.simulator import plots
 
                 for path in plots.write_all(rep, Path(args.plots)):
                     if not args.json:
@@ -465,13 +338,13 @@ def main(args: argparse.Namespace) -> int:
     except SchedulerInvariantError as e:
         print(f"kvarena simulate: {e}", file=sys.stderr)
         return 1
-    except ImportError as e:
-        print(f"kvarena simulate: --plots needs matplotlib ({e}); pip install matplotlib", file=sys.stderr)
-        return 2
     except ArenaError as e:
-        print(f"kvarena simulate: {e}", file=sys.stderr)
-        return 2
+        raise UsageError(str(e)) from None
     if args.json:
-        print(json.dumps({"assumptions": ASSUMPTIONS, "seed": args.seed, "scale": args.scale,
+        print(json.dumps({"assumptions": assumptions(args.page_size), "seed": args.seed, "scale": args.scale,
+                          "rules": {k: getattr(model, k) for k in RULES},
                           "workloads": [report_json(r) for r in reports]}, indent=2))
     return 0
+
+
+

@@ -6,7 +6,11 @@
   and sortedcontainers);
 * gpu/         never imports kvarena.reference (it implements the spec, it does not wrap the model);
 * conformance/ may import spec and reference, never kvarena.cli or kvarena.replay;
-* proofs/      may import spec and reference (and itself).
+* proofs/      may import spec and reference (and itself);
+* simulator/   may import spec, reference, itself and kvarena.text (the shared message helpers), never a
+  command module, conformance/ or gpu/; its modules form no import cycle, and it (with the commands
+  kvarena/simulate.py and kvarena/replay.py) imports nothing heavy at module level (matplotlib only
+  inside the plotting functions), so `kvarena simulate --help` needs only sortedcontainers.
 
 Relative imports are resolved against the file's package, and imports nested inside functions
 count too.
@@ -38,7 +42,10 @@ RULES = [
     Rule("gpu", allowed_kvarena=("kvarena.spec", "kvarena.gpu"), banned=("kvarena.reference",)),
     Rule("conformance", allowed_kvarena=None, banned=("kvarena.cli", "kvarena.replay")),
     Rule("proofs", allowed_kvarena=("kvarena.spec", "kvarena.reference", "kvarena.proofs")),
+    Rule("simulator", allowed_kvarena=("kvarena.spec", "kvarena.reference", "kvarena.simulator", "kvarena.text"),
+         banned=HEAVY),
 ]
+HEAVY_AT_TOP = (*HEAVY, "matplotlib", "hypothesis", "z3", "sglang")
 
 
 def _under(module: str, prefix: str) -> bool:
@@ -150,3 +157,81 @@ def test_relative_import_resolution() -> None:
     assert imported_modules("from ..gpu.k import c", "kvarena.reference") == [(1, "kvarena.gpu.k")]
     assert package_of(ROOT / "reference" / "arena.py", "reference") == "kvarena.reference"
     assert package_of(ROOT / "reference" / "__init__.py", "reference") == "kvarena.reference"
+
+
+# =============================================================================================
+# The simulator subsystem: no import cycle, nothing heavy at module level
+
+
+def top_level_modules(source: str, package: str) -> list[str]:
+    """Modules imported by the module's own top-level statements (not inside functions)."""
+    tree = ast.parse(source)
+    body = ast.Module(body=[n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))], type_ignores=[])
+    return [m for _, m in imported_modules(ast.unparse(body), package)]
+
+
+def import_cycle(graph: dict[str, set[str]]) -> list[str]:
+    """One import cycle of ``graph`` (module -> modules it imports), or [] if there is none."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(m: str) -> list[str]:
+        state[m] = 1
+        stack.append(m)
+        for n in sorted(graph.get(m, ())):
+            if state.get(n) == 1:
+                return [*stack[stack.index(n):], n]
+            if n not in state and (found := visit(n)):
+                return found
+        stack.pop()
+        state[m] = 2
+        return []
+
+    for m in sorted(graph):
+        if m not in state and (found := visit(m)):
+            return found
+    return []
+
+
+def simulator_graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for f in sorted((ROOT / "simulator").glob("*.py")):
+        name = "kvarena.simulator" if f.stem == "__init__" else f"kvarena.simulator.{f.stem}"
+        mods = {m for _, m in imported_modules(f.read_text(encoding="utf-8"), "kvarena.simulator")}
+        graph[name] = {m for m in mods if _under(m, "kvarena.simulator") and m != "kvarena.simulator"}
+    return graph
+
+
+def test_simulator_has_no_import_cycle() -> None:
+    graph = simulator_graph()
+    assert len(graph) >= 10
+    assert not import_cycle(graph), " -> ".join(import_cycle(graph))
+
+
+def test_cycle_finder_finds_a_planted_cycle() -> None:
+    assert import_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert not import_cycle({"a": {"b"}, "b": {"c"}, "c": set()})
+
+
+@pytest.mark.parametrize("path", ["kvarena/simulate.py", "kvarena/replay.py",
+                                  *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "simulator").glob("*.py"))])
+def test_nothing_heavy_at_module_level(path: str) -> None:
+    package = "kvarena" if path.startswith("kvarena/") else "kvarena.simulator"
+    top = top_level_modules((ROOT / path).read_text(encoding="utf-8"), package)
+    bad = [m for m in top if any(_under(m, h) for h in HEAVY_AT_TOP)]
+    assert not bad, f"{path} imports {bad} at module level; import it inside the function that needs it"
+
+
+def test_top_level_scan_ignores_nested_imports() -> None:
+    src = "import os\nfrom kvarena.simulator import rules\ndef f():\n    import matplotlib\n"
+    top = top_level_modules(src, "kvarena")
+    assert "os" in top and "kvarena.simulator" in top and "matplotlib" not in top
+    assert top_level_modules("import matplotlib.pyplot", "kvarena") == ["matplotlib.pyplot"]
+
+
+def test_simulator_rule_flags_upward_imports() -> None:
+    rule = next(r for r in RULES if r.folder == "simulator")
+    assert violations("from kvarena.simulate import main", "kvarena.simulator", rule)
+    assert violations("from kvarena.conformance import machine", "kvarena.simulator", rule)
+    assert violations("import torch", "kvarena.simulator", rule)
+    assert not violations("from kvarena.text import table\nfrom . import rules", "kvarena.simulator", rule)

@@ -11,7 +11,9 @@ import pytest
 from kvarena import replay
 from kvarena.cli import main
 from kvarena.reference.arena import Arena
-from kvarena.replay_trace import Arrival, GiB, build_trace, kv_budget
+from kvarena.simulator.arrivals import Arrival
+from kvarena.simulator.budget import GiB
+from kvarena.simulator.mixed_trace import build_trace, kv_budget
 from kvarena.spec.errors import InvariantViolation
 from kvarena.spec.models import ArenaConfig, preset
 

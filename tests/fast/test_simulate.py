@@ -1,21 +1,25 @@
-"""`kvarena simulate`: the capacity simulator (scheduler model, vLLM-style pool, cost model, CLI, plots)."""
+"""`kvarena simulate`: the capacity simulator (kvarena/simulator/: scheduler, vLLM model, cost model, CLI, plots)."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from kvarena import simulate
 from kvarena.cli import main
-from kvarena.costmodel import CostModel
 from kvarena.reference.arena import Arena
 from kvarena.reference.split import SplitPools
-from kvarena.scheduler import Arrival, ClosedLoop, SchedulerModel, StepWork, TraceSource, run
+from kvarena.simulator import simulation
+from kvarena.simulator.arrivals import Arrival, ClosedLoop, TraceSource
+from kvarena.simulator.budget import sglang_budget
+from kvarena.simulator.costmodel import CostModel, StepWork
+from kvarena.simulator.scheduler import SIMPLE, SchedulerModel, run
+from kvarena.simulator.series import Series
+from kvarena.simulator.vllm_model import Geometry, VllmPool
+from kvarena.simulator.workloads import PRESET_WORKLOADS, TraceError, load_trace
 from kvarena.spec.models import ArenaConfig, preset
-from kvarena.vllm_pool import Geometry, VllmPool
-from kvarena.workloads import PRESET_WORKLOADS, TraceError, kv_budget, load_trace
 
 GiB = 1 << 30
 
@@ -82,15 +86,16 @@ def test_presets_run_scaled_down_and_report_the_published_comparison(capsys: pyt
 def test_table_and_assumptions_are_printed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["simulate", "--quiet", "--trace", str(_trace(tmp_path / "t.csv", 20)), "--capacity-gib", "0.5"]) == 0
     out = capsys.readouterr().out
-    for row in ("max active requests", "retractions per 1,000 completed", "bytes moved: compaction",
-                "modeled output throughput", "modeled TTFT", "KV budget", "roofline", "vLLM-style pool: 64-token"):
+    for row in ("max active requests", "retractions per 1,000", "moved: compaction", "modeled throughput",
+                "TTFT p50 / p90 / p99", "TPOT p50 / p99", "end-to-end p50 / p99", "KV budget", "roofline",
+                "vLLM-style pool: 64-token", "ignore_eos", "SGLang 0.5.23's rules"):
         assert row in out
 
 
 def test_ratio_sweep_adds_split_configurations(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     data = _json(capsys, ["--trace", str(_trace(tmp_path / "t.csv", 15)), "--capacity-gib", "0.5", "--ratio-sweep"])
     labels = list(data["workloads"][0]["results"])
-    assert [lab for lab in labels if lab.startswith("split swa")] == [f"split swa {r:g}" for r in simulate.SWEEP_SWA]
+    assert [lab for lab in labels if lab.startswith("split swa")] == [f"split swa {r:g}" for r in simulation.SWEEP_SWA]
 
 
 @pytest.mark.parametrize(("name", "text", "line"), [
@@ -171,18 +176,19 @@ def test_cost_model_is_monotone_in_batch_size() -> None:
         assert cost(StepWork(8, 8 * 1024, 0, 0, 0, 0, 1 << 30)) > cost(StepWork(8, 8 * 1024, 0, 0, 0, 0, 0))
 
 
-def test_h200_budget_arithmetic() -> None:
-    cap, line = kv_budget("qwen3.5-4b")
-    assert 111 * GiB < cap < 112 * GiB and "10 GB weights" in line
-    cap3, _ = kv_budget("qwen3.5-4b", 0.3)
-    assert 28 * GiB < cap3 < 29 * GiB
+def test_h200_budget_is_sglangs_profile() -> None:
+    """139 GiB x mem_fraction - weights (_profile_available_bytes), no further reserve."""
+    cap, line = sglang_budget("qwen3.5-4b")
+    assert cap == int(139 * 0.9 * GiB - 10e9) and "10 GB weights" in line
+    cap3, _ = sglang_budget("qwen3.5-4b", 0.3)
+    assert 32 * GiB < cap3 < 33 * GiB
 
 
 def test_closed_loop_and_chunked_prefill() -> None:
     """A closed loop never runs more than its clients; a prompt longer than the chunk budget takes
     several steps; every prompt token is prefilled once when nothing is retracted."""
     cfg = ArenaConfig(preset("gpt-oss-20b"), 4 * GiB, max_context_len=4096)
-    model = SchedulerModel(prefill_chunk=1000, transient_window=True, lazy_window=True, check_every=1)
+    model = SchedulerModel(prefill_chunk=1000, check_every=1)
     src = ClosedLoop(3, 12, lambda i: (2500, 40 + i))
     r = run(Arena(cfg), src, "t", model, cost=CostModel(cfg.model))
     assert r.completed == 12 and r.max_active == 3 and r.retractions == 0
@@ -191,15 +197,22 @@ def test_closed_loop_and_chunked_prefill() -> None:
     assert len(r.ttft) == 12 and min(r.ttft) > 0
 
 
-def test_split_pools_retract_where_the_arena_does_not() -> None:
-    """Long outputs at a tight budget: the split pools' full region runs dry while state slots sit idle."""
+def test_split_pools_run_fewer_requests_than_the_arena() -> None:
+    """Long outputs at a tight budget: the split pools' full region runs dry while state slots sit idle.
+    Under the simple model the split pools retract where the arena does not; under SGLang's rules
+    (own output reserved in full) they admit fewer instead, and the arena still runs more at once."""
     arrivals = [Arrival(0.0, 256, 3000) for _ in range(24)]
     cfg = ArenaConfig(preset("qwen3.5-4b"), int(3.5 * GiB), max_context_len=4096)
-    model = simulate.ENGINE
-    res = {kind.__name__: run(kind(cfg), TraceSource(arrivals), kind.__name__, model, cost=CostModel(cfg.model))
-           for kind in (Arena, SplitPools)}
-    assert res["SplitPools"].retractions > res["Arena"].retractions
-    assert res["Arena"].mean_active > res["SplitPools"].mean_active
+    for model in (SIMPLE, SchedulerModel(check_every=0)):
+        simple = model is SIMPLE
+        model = replace(model, prefill_chunk=8192, check_every=0) if simple else model
+        res = {kind.__name__: run(kind(cfg), TraceSource(arrivals), kind.__name__, model, cost=CostModel(cfg.model))
+               for kind in (Arena, SplitPools)}
+        assert res["Arena"].mean_active > res["SplitPools"].mean_active
+        if simple:
+            assert res["SplitPools"].retractions > res["Arena"].retractions
+        else:
+            assert res["Arena"].max_active > res["SplitPools"].max_active
 
 
 def test_plots_are_written_as_png(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -214,7 +227,7 @@ def test_plots_are_written_as_png(tmp_path: Path, capsys: pytest.CaptureFixture[
 
 
 def test_series_keeps_a_bounded_number_of_points() -> None:
-    s = simulate.Series(limit=10)
+    s = Series(limit=10)
 
     class _P:
         alloc = object()

@@ -25,10 +25,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvarena.scheduler import StepWork
 from kvarena.spec.errors import ConfigError
 from kvarena.spec.layout import Kind, entry_layout
 from kvarena.spec.models import ModelSpec
+
+
+@dataclass(frozen=True)
+class StepWork:
+    """What one forward pass did: the scheduler's report to the cost model."""
+
+    decode_requests: int  # requests that wrote one token
+    decode_context: int  # sum of their context lengths (tokens whose KV they read)
+    prefill_tokens: int  # prompt tokens processed
+    prefill_attention: int  # sum over chunk tokens of the context each attends to
+    prefill_requests: int  # requests with a chunk in this step
+    prefill_prefix: int  # sum over those chunks of the prompt tokens before them (KV read once)
+    moved_bytes: int  # bytes the allocator moved (compaction, relayout) this step
+
 
 # ---- the machine (NVIDIA H200 SXM datasheet) ------------------------------------------------------
 HBM_BYTES_PER_S = 4.8e12  # 4.8 TB/s HBM3e (datasheet); the roofline assumes all of it
@@ -49,7 +62,7 @@ class ModelCost:
     source: str
 
 
-# Weight bytes match kvarena.replay_trace.WEIGHTS_GB (the H200 budget); parameter counts are the
+# Weight bytes match kvarena.simulator.budget.WEIGHTS_GB (the H200 budget); parameter counts are the
 # model cards' (rounded). Heads and head_dim are the configs' (peers-and-models.md §5).
 MODEL_COSTS: dict[str, ModelCost] = {
     "gpt-oss-20b": ModelCost(13e9, 3.6e9, 64, 64, "OpenAI gpt-oss model card: 21B total, 3.6B active; MXFP4"),

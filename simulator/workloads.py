@@ -1,9 +1,17 @@
-"""Workloads of ``kvarena simulate``: the published single-H200 presets, trace files, the KV budget.
+"""Workloads of ``kvarena simulate``: the published single-H200 presets and trace files.
 
-A preset is a closed loop (``clients`` clients, each sending its next request when the last one
-completes, as ``bench_serving --max-concurrency``) or a saturated open queue (every request arrives
-at t = 0: "maximum concurrency"). Request lengths are fixed, as the published runs state them; the
-request count is finite, a few rounds of the concurrency, enough for steady state.
+A workload is an arrival process, a length distribution and a KV budget:
+
+- arrivals: a closed loop (``clients`` clients, each sending its next request when the last one
+  completes, as ``bench_serving --max-concurrency``), a saturated queue (every request at t = 0:
+  "maximum concurrency"), Poisson arrivals at a rate, or a trace file's own arrival times;
+- lengths: fixed (the published runs state them), uniform, or drawn from a trace's rows. Fixed-length
+  benchmark requests run with ``ignore_eos`` (bench_serving's default), which SGLang reserves at ratio
+  1.0; requests of drawn lengths end at their EOS and reserve their ``max_new_tokens`` (the longest
+  output of the distribution) at the decaying ratio;
+- budget: SGLang's profile of an H200 at ``--mem-fraction`` (budget.sglang_budget), or, where the
+  published setup is not known, a budget *calibrated on the published split figure*: one number fitted
+  so the split pools reproduce the published split value; the unified value is then predicted.
 
 A trace file is CSV (header naming the columns) or JSON lines (one object per line) with three
 fields per request: arrival (seconds, >= 0), input length and output length (tokens, >= 1).
@@ -17,42 +25,16 @@ from __future__ import annotations
 import csv
 import json
 import math
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from kvarena.replay_trace import ACTIVATION_RESERVE_GIB, H200_USABLE_GIB, MEM_FRACTION, WEIGHTS_GB, GiB
-from kvarena.scheduler import Arrival, ClosedLoop, TraceSource
+from kvarena.simulator.arrivals import Arrival, ClosedLoop, Lengths, TraceSource, fixed_rows, poisson, saturated
 from kvarena.spec.errors import ConfigError
 from kvarena.spec.models import DEFAULT_SWA_FULL_TOKENS_RATIO, PRESETS, preset
 
 
 class TraceError(ConfigError):
     """A trace file that cannot be read; the message names the file and line."""
-
-
-# ---- the KV budget ---------------------------------------------------------------------------------
-
-
-def kv_budget(model: str, mem_fraction: float = MEM_FRACTION) -> tuple[int, str]:
-    """Bytes of KV memory on one H200 for ``model``, and the arithmetic as one line.
-
-    KV = 139 GiB usable x mem_fraction (SGLang --mem-fraction-static) - weights - activation reserve.
-    """
-    w = WEIGHTS_GB.get(model)
-    if w is None:
-        raise ConfigError(f"{model}: weights do not fit one H200 (or are not tabulated); pass --capacity-gib")
-    if not 0 < mem_fraction <= 1:
-        raise ConfigError(f"--mem-fraction {mem_fraction} must be in (0, 1]")
-    gib = H200_USABLE_GIB * mem_fraction - w * 1e9 / GiB - ACTIVATION_RESERVE_GIB
-    if gib <= 0:
-        raise ConfigError(f"{model}: at --mem-fraction {mem_fraction:g} nothing is left for KV ({gib:.1f} GiB)")
-    line = (f"{H200_USABLE_GIB:g} GiB usable x {mem_fraction:g} - {w:g} GB weights ({w * 1e9 / GiB:.2f} GiB) "
-            f"- {ACTIVATION_RESERVE_GIB:g} GiB activations = {gib:.2f} GiB")
-    return int(gib * GiB), line
-
-
-# ---- presets ---------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -68,17 +50,27 @@ class Published:
 
 
 @dataclass(frozen=True)
+class Calibration:
+    """A budget fitted on one published split figure (``fitted``), with how it was found."""
+
+    gib: float
+    fitted: str
+
+
+@dataclass(frozen=True)
 class Workload:
     name: str
     model: str
     summary: str
-    input_tokens: int = 0
-    output_tokens: int = 0
-    clients: int | None = None  # closed loop; None: every request arrives at t = 0 (saturated queue)
+    lengths: Lengths = field(default_factory=Lengths)
+    clients: int | None = None  # closed loop; None: saturated queue (or Poisson at ``rate``)
+    rate: float | None = None  # Poisson arrivals per modeled second
     requests: int = 0
     arrivals: tuple[Arrival, ...] = ()  # a trace file's requests (then the fields above are unused)
     swa_ratios: tuple[float, ...] = (DEFAULT_SWA_FULL_TOKENS_RATIO,)
+    ignore_eos: bool = True  # fixed-length benchmark requests (bench_serving's default)
     published: Published | None = None
+    calibration: Calibration | None = None
     extra: dict[str, str] = field(default_factory=dict)
 
     def count(self, scale: float = 1.0) -> int:
@@ -89,44 +81,94 @@ class Workload:
     def max_context(self) -> int:
         if self.arrivals:
             return max(a.input_tokens + a.output_tokens for a in self.arrivals)
-        return self.input_tokens + self.output_tokens
+        return self.lengths.max_tokens()
 
-    def source(self, scale: float = 1.0):
+    def eos(self) -> bool:
+        """ignore_eos for the requests: fixed lengths only (drawn lengths end at their EOS)."""
+        return self.ignore_eos and self.lengths.kind == "fixed"
+
+    def source(self, scale: float = 1.0, seed: int = 0):
         if self.arrivals:
             return TraceSource(self.arrivals)
-        shape: Callable[[int], tuple[int, int]] = lambda _i: (self.input_tokens, self.output_tokens)  # noqa: E731
-        n = self.count(scale)
-        if self.clients is None:
-            return TraceSource(Arrival(0.0, *shape(i), self.name) for i in range(n))
-        return ClosedLoop(self.clients, n, shape, self.name)
+        shape, n, eos = self.lengths.shape(seed), self.count(scale), self.eos()
+        if self.rate is not None:
+            src = poisson(self.rate, n, shape, seed, self.name, eos)
+        elif self.clients is None:
+            src = saturated(n, shape, self.name, eos)
+        else:
+            src = ClosedLoop(self.clients, n, shape, self.name, eos)
+        # EOS-terminated requests: the scheduler knows only max_new_tokens, the longest output drawn
+        return src if eos else _WithCap(src, self.lengths.max_output())
 
     def describe(self) -> str:
         if self.arrivals:
             span = max(a.step for a in self.arrivals) - min(a.step for a in self.arrivals)
             return (f"{self.model}, trace {self.extra.get('trace', '')}: {len(self.arrivals):,} requests "
                     f"arriving over {span:,.1f} s")
-        load = f"{self.clients} clients (closed loop)" if self.clients else "all arrive at t = 0 (saturated queue)"
-        return (f"{self.model}, {self.input_tokens:,} in / {self.output_tokens:,} out, {load}, "
-                f"{self.count():,} requests")
+        if self.rate is not None:
+            load = f"Poisson arrivals at {self.rate:g} req/s"
+        elif self.clients:
+            load = f"{self.clients} clients (closed loop)"
+        else:
+            load = "all arrive at t = 0 (saturated queue)"
+        return f"{self.model}, {self.lengths.describe()}, {load}, {self.count():,} requests"
+
+    def with_load(self, clients: int | None = None, rate: float | None = None, requests: int | None = None
+                  ) -> Workload:
+        """The same requests driven by ``clients`` closed-loop clients, or Poisson arrivals at ``rate``."""
+        tag = f"@c{clients}" if clients else f"@{rate:g}rps"
+        n = requests or self.requests or len(self.arrivals)
+        lengths = self.lengths
+        if self.arrivals:  # a trace's lengths, re-driven
+            lengths = Lengths("trace", rows=fixed_rows(self.arrivals))
+        return replace(self, name=self.name + tag, clients=clients, rate=rate, requests=n, arrivals=(),
+                       lengths=lengths, ignore_eos=self.ignore_eos and not self.arrivals)
+
+    def with_lengths(self, lengths: Lengths) -> Workload:
+        return replace(self, lengths=lengths, name=f"{self.name}+{lengths.kind}")
 
 
-_GPT_OSS_MAX = dict(model="gpt-oss-20b", input_tokens=1024, output_tokens=1024, clients=None, requests=6000)
+class _WithCap:
+    """A source whose requests carry ``max_new_tokens`` = the distribution's longest output."""
+
+    def __init__(self, src, cap: int) -> None:
+        self.src, self.cap, self.total = src, cap, src.total
+
+    def due(self, clock: float) -> list[Arrival]:
+        return [replace(a, max_new_tokens=self.cap) for a in self.src.due(clock)]
+
+    def next_time(self) -> float | None:
+        return self.src.next_time()
+
+    def completed(self, clock: float) -> None:
+        self.src.completed(clock)
+
+
+def _fixed(i: int, o: int) -> Lengths:
+    return Lengths("fixed", i, o)
+
+
+_GPT_OSS_MAX = dict(model="gpt-oss-20b", lengths=_fixed(1024, 1024), clients=None, requests=6000)
+# Fitted by simulator/calibrate.py (the command in its docstring); see README "Capacity simulator".
+_GPT_OSS_CAL = Calibration(0.0, "split pools' max active requests = 618 (published split figure)")
 
 PRESET_WORKLOADS: dict[str, Workload] = {w.name: w for w in (
     Workload("qwen3.5-4b-1k-256", "qwen3.5-4b", "short prompts, short outputs: memory is not the limit",
-             1024, 256, 64, 640,
+             _fixed(1024, 256), 64, requests=640,
              published=Published("throughput", None, None, "near parity (unified ~ split)")),
     Workload("gpt-oss-20b-max", summary="window-heavy model at maximum concurrency (1K/1K, the usual ISL/OSL)",
-             **_GPT_OSS_MAX,
+             **_GPT_OSS_MAX, calibration=_GPT_OSS_CAL,
              published=Published("max_active", 1000, 618, "~1,000 vs 618 concurrent requests")),
     Workload("qwen3.5-4b-16k-4k", "qwen3.5-4b", "long prompts: full-attention KV dominates",
-             16384, 4096, 64, 320,
+             _fixed(16384, 4096), 64, requests=320,
+             calibration=Calibration(0.0, "split pools' mean active requests = 22 (published split figure)"),
              published=Published("mean_active", 32, 22, "32 vs 22 active requests")),
     Workload("qwen3.5-4b-512-16k", "qwen3.5-4b", "long outputs: decode outgrows admission, retractions",
-             512, 16384, 51, 255,
+             _fixed(512, 16384), 51, requests=255,
+             calibration=Calibration(0.0, "split pools' retractions per 1,000 = 294 (published split figure)"),
              published=Published("retractions_per_1k", 233, 294, "~233 vs ~294 retractions per 1,000")),
     Workload("gpt-oss-20b-ratio", summary="--swa-full-tokens-ratio 0.1 vs the default 0.8, workload of gpt-oss-20b-max",
-             swa_ratios=(DEFAULT_SWA_FULL_TOKENS_RATIO, 0.1), **_GPT_OSS_MAX,
+             swa_ratios=(DEFAULT_SWA_FULL_TOKENS_RATIO, 0.1), **_GPT_OSS_MAX, calibration=_GPT_OSS_CAL,
              published=Published("ratio_throughput", None, 0.88, "ratio 0.1 costs ~12% throughput")),
 )}
 
@@ -226,4 +268,24 @@ def trace_workload(path: str | Path, model: str) -> Workload:
         raise ConfigError(f"unknown model {model!r}; choose one of {sorted(PRESETS)}")
     arrivals = load_trace(path, preset(model).max_context_len)
     return Workload(Path(path).stem, model, "requests replayed from a trace file (arrival times in seconds)",
-                    arrivals=tuple(arrivals), extra={"trace": str(path)})
+                    arrivals=tuple(arrivals), ignore_eos=False, extra={"trace": str(path)})
+
+
+def lengths_from(spec: str, w: Workload) -> Lengths:
+    """``--output-lengths``: ``fixed`` (the workload's own), ``uniform`` or ``uniform:LO`` (output drawn in
+    [LO, the workload's output], LO default 1), or ``trace:FILE`` (input and output drawn from FILE's rows)."""
+    kind, _, arg = spec.partition(":")
+    if kind == "fixed" and not arg:
+        return w.lengths
+    if kind == "uniform":
+        try:
+            lo = int(arg) if arg else 1
+        except ValueError:
+            lo = 0
+        if not 1 <= lo <= w.lengths.output:
+            raise ConfigError(f"--output-lengths uniform:{arg}: the low end must be a whole number of tokens in "
+                              f"1..{w.lengths.output:,} (the workload's output length)")
+        return Lengths("uniform", w.lengths.input, w.lengths.output, lo)
+    if kind == "trace" and arg:
+        return Lengths("trace", rows=fixed_rows(load_trace(arg, preset(w.model).max_context_len)))
+    raise ConfigError(f"--output-lengths {spec!r}: use fixed, uniform[:LO] or trace:FILE")

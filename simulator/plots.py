@@ -1,4 +1,4 @@
-"""PNG plots of ``kvarena simulate`` (matplotlib, Agg backend; imported only with --plots).
+"""PNG plots of ``kvarena simulate`` (matplotlib, Agg backend, imported inside :func:`write_all` only).
 
 Per workload:
   <name>-frontiers.png   the unified arena's band spans over modeled time (each band's bytes, the
@@ -11,11 +11,7 @@ Per workload:
 from __future__ import annotations
 
 from pathlib import Path
-
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
+from typing import Any
 
 GiB = float(1 << 30)
 COLORS = {"full": "#1f77b4", "window": "#ff7f0e", "state": "#2ca02c"}
@@ -26,14 +22,26 @@ def _color(cls: str, i: int) -> str:
     return COLORS.get(cls, f"C{i + 3}")
 
 
-def _main(rep) -> list:
-    from kvarena.simulate import sweep_outcomes
+def require() -> None:
+    """Import matplotlib now: a missing extra fails before any simulation runs."""
+    _pyplot()
 
-    sw = sweep_outcomes(rep)
-    return [o for o in rep.outcomes if o not in sw and o.series.get("t")]
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _main(rep) -> list:
+    return [o for o in rep.main() if o.series.get("t")]
 
 
 def plot_active(rep, path: Path) -> Path:
+    plt = _pyplot()
     fig, ax = plt.subplots(figsize=(9, 4.5))
     for i, o in enumerate(_main(rep)):
         color, ls = KIND_STYLE.get(o.kind, (f"C{i}", "-"))
@@ -54,6 +62,7 @@ def plot_active(rep, path: Path) -> Path:
 
 
 def plot_occupancy(rep, path: Path) -> Path:
+    plt = _pyplot()
     outs = _main(rep)
     fig, axes = plt.subplots(len(outs), 1, figsize=(9, 2.4 * len(outs) + 0.6), sharex=True, squeeze=False)
     for ax, o in zip(axes[:, 0], outs):
@@ -79,6 +88,7 @@ def plot_occupancy(rep, path: Path) -> Path:
 
 
 def plot_frontiers(rep, path: Path) -> Path | None:
+    plt = _pyplot()
     uni = next((o for o in _main(rep) if o.kind == "unified" and o.series.get("spans")), None)
     if uni is None:
         return None

@@ -1,0 +1,23 @@
+"""kvarena's capacity simulator: serving-engine scheduling over a KV allocator, with a modeled clock.
+
+One concept per module, each importing only those above it in this list:
+
+    arrivals.py     Arrival, and the arrival processes: trace, saturated, closed loop, Poisson; lengths
+    rules.py        SGLang 0.5.23's admission and retraction rules, one named function each, cited
+    costmodel.py    StepWork and the H200 roofline that turns a step's work into modeled seconds
+    pager.py        per-request page bookkeeping over an engine (tokens in, page demands out)
+    scheduler.py    SchedulerModel (the rules as options, SGLang's values by default) and the step loop
+    vllm_model.py   the vLLM-style pool model (one page size, state padded to a page)
+    engines.py      the engines under test behind one interface: kvarena's arena, split pools, vLLM model
+    budget.py       the KV budget of one H200 (replay's arithmetic, SGLang's profile)
+    workloads.py    the published presets, trace files, length distributions, calibrated budgets
+    mixed_trace.py  ``kvarena replay``'s built-in three-phase trace
+    report.py       outcomes, latency percentiles, the published comparison, table and JSON
+    series.py       time series for the plots
+    simulation.py   one workload through every configuration
+    calibrate.py    fit a preset's budget on its published split figure
+    plots.py        PNGs (matplotlib, imported inside its functions)
+
+Adding an engine touches ``engines.py``; adding a rule touches ``rules.py`` and its option in
+``scheduler.py``. The commands (``kvarena/simulate.py``, ``kvarena/replay.py``) only parse and print.
+"""

@@ -1,0 +1,119 @@
+"""The allocator as the scheduler sees it: per-request page bookkeeping, tokens in, page demands out.
+
+The allocator is any engine behind the page API of ``engines.py`` (``admit / extend / slide / free /
+acquire / release``, ``stats``, ``used_bytes``). The pager turns "request r now holds T tokens" into
+page demands per state class: full-attention pages for every token, window pages for the newest W
+tokens (plus the out-of-window pages SGLang has not evicted yet), and ``state_slots`` recurrent-state
+slots (1, or 1 + the mamba tracking slots of SGLang's extra_buffer strategy).
+"""
+
+from __future__ import annotations
+
+from kvarena.reference.split import SplitPools
+from kvarena.spec.layout import Kind
+
+
+class Pager:
+    """Per-request page bookkeeping over one allocator.
+
+    ``swa_eviction_interval``: tokens past the window a request may hold before its out-of-window pages
+    are freed (SGLang's ``SGLANG_SWA_EVICTION_INTERVAL``, rules.swa_eviction_due); None frees every
+    page as soon as it leaves the window (vLLM's ``remove_skipped_blocks``)."""
+
+    def __init__(self, alloc, swa_eviction_interval: int | None = None, state_slots: int = 1) -> None:
+        self.alloc = alloc
+        cfg = alloc.config
+        self.pt = getattr(alloc, "page_tokens", cfg.page_size)  # tokens per page of token classes
+        self.full = next(c.name for c in cfg.model.classes if c.kind is Kind.FULL)
+        windows = [c for c in cfg.model.classes if c.kind is Kind.WINDOW]
+        # a window of W tokens touches at most ceil(W / pt) + 1 pages: keep the newest that many
+        self.keep = {c.name: -(-c.window // self.pt) + 1 for c in windows}
+        # lazy: out-of-window pages go only once the interval's worth piled up past the window
+        self.slack = {c.name: -(-swa_eviction_interval // self.pt) if swa_eviction_interval else 0 for c in windows}
+        self.state = [c.name for c in cfg.model.classes if c.kind is Kind.RECURRENT]
+        self.state_slots = state_slots
+        self.split = isinstance(alloc, SplitPools)
+        self.page_bytes = {c: alloc.page_bytes_of(c) if hasattr(alloc, "page_bytes_of")
+                           else alloc.bands[c].page_bytes for c in alloc.order}
+        self.vids: dict[int, dict[str, list[int]]] = {}
+
+    def pages(self, tokens: int) -> int:
+        return -(-tokens // self.pt)
+
+    def prompt_demand(self, tokens: int) -> dict[str, int]:
+        """Pages a prompt of ``tokens`` holds once prefilled (window pages trimmed to the window)."""
+        full = self.pages(tokens)
+        return {self.full: full, **{w: min(full, k) for w, k in self.keep.items()},
+                **dict.fromkeys(self.state, self.state_slots)}
+
+    def step_demand(self, crossing: int) -> dict[str, int]:
+        """Pages a decode step needs when ``crossing`` requests cross a page boundary."""
+        return {self.full: crossing, **dict.fromkeys(self.keep, crossing)}
+
+    def fits(self, demand: dict[str, int], reserve_tokens: int) -> bool:
+        """Admission headroom: free memory covers ``demand`` plus a decode reserve of full-attention tokens."""
+        reserve = self.pages(reserve_tokens)
+        if hasattr(self.alloc, "fits"):
+            return self.alloc.fits(demand, reserve)
+        if self.split:
+            return all(demand.get(c, 0) + (reserve if c == self.full else 0) <= len(self.alloc.bands[c].holes)
+                       for c in self.alloc.order)
+        need = sum(n * self.page_bytes[c] for c, n in demand.items()) + reserve * self.page_bytes[self.full]
+        return need <= self.alloc.free_bytes()
+
+    def _chunk_demand(self, held_full: int, tokens: int, transient: bool, first: bool) -> dict[str, int]:
+        add = self.pages(tokens) - held_full
+        out = {self.full: add}
+        for w, k in self.keep.items():
+            out[w] = add if transient else min(add, k)
+        if first:
+            out.update(dict.fromkeys(self.state, self.state_slots))
+        return out
+
+    def admit(self, rid: int, tokens: int, transient: bool = False) -> None:
+        got = self.alloc.admit(f"r{rid}", self._chunk_demand(0, tokens, transient, True)).pages
+        self.vids[rid] = {c: list(got.get(c, ())) for c in self.alloc.order}
+
+    def extend_to(self, rid: int, tokens: int, transient: bool = False) -> int:
+        """Hold ``tokens`` of context: extend the full pages (and window pages alongside). Returns ops."""
+        v = self.vids[rid]
+        demand = self._chunk_demand(len(v[self.full]), tokens, transient, False)
+        if not demand[self.full]:
+            return 0
+        got = self.alloc.extend(f"r{rid}", demand).pages
+        for c, vs in got.items():
+            v[c].extend(vs)
+        return 1 + (0 if transient else self.trim(rid))
+
+    def grow_one(self, rid: int) -> int:
+        """One more full page (and one page per window class), then the window slides. Returns ops."""
+        got = self.alloc.extend(f"r{rid}", {self.full: 1, **dict.fromkeys(self.keep, 1)}).pages
+        v = self.vids[rid]
+        for c, vs in got.items():
+            v[c].extend(vs)
+        return 1 + self.trim(rid)
+
+    def trim(self, rid: int) -> int:
+        """Slide out window pages wholly outside the window (once past the slack). Returns allocator calls."""
+        v, ops = self.vids[rid], 0
+        for w, k in self.keep.items():
+            if (n := len(v[w]) - k) > self.slack[w]:
+                self.alloc.slide(f"r{rid}", w, n)
+                del v[w][:n]
+                ops += 1
+        return ops
+
+    def free(self, rid: int) -> None:
+        self.alloc.free(f"r{rid}")
+        del self.vids[rid]
+
+    def forward_pages(self, rid: int) -> tuple[list[int], list[int]]:
+        """What a forward pass touches: reads the first full page and every non-full page, writes the newest."""
+        v = self.vids[rid]
+        return [v[self.full][0]] + [x for c in self.alloc.order if c != self.full for x in v[c]], [v[self.full][-1]]
+
+    def occupancy(self) -> dict[str, int]:
+        """Bytes of live pages per class."""
+        if hasattr(self.alloc, "occupancy"):
+            return self.alloc.occupancy()
+        return {c: len(b.live) * b.page_bytes for c, b in self.alloc.bands.items()}

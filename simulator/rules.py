@@ -1,0 +1,156 @@
+"""SGLang 0.5.23's admission and retraction rules, one named function (or constant) each.
+
+Read from the installed wheel (``pip install sglang==0.5.23``); paths are relative to its ``sglang/``
+package. The scheduler model (``scheduler.py``) calls these; each is also a documented option of
+:class:`~kvarena.simulator.scheduler.SchedulerModel` whose default is SGLang's value, so a rule can be
+switched off to see what it is worth. Nothing here imports sglang: the values are copied and cited.
+"""
+
+from __future__ import annotations
+
+# ---- constants (srt/environ.py unless said otherwise) -----------------------------------------------
+INIT_NEW_TOKEN_RATIO = 0.7  # SGLANG_INIT_NEW_TOKEN_RATIO
+MIN_NEW_TOKEN_RATIO_FACTOR = 0.14  # SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR
+NEW_TOKEN_RATIO_DECAY_STEPS = 600  # SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS
+RETRACT_DECODE_STEPS = 20  # SGLANG_RETRACT_DECODE_STEPS
+CLIP_MAX_NEW_TOKENS = 4096  # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION (srt/managers/schedule_policy.py)
+SWA_EVICTION_INTERVAL = 128  # SGLANG_SWA_EVICTION_INTERVAL
+# srt/arg_groups/memory_hook.py _handle_gpu_memory_settings: "H20, H200 (chunked_prefill_size 8k ...)"
+CHUNKED_PREFILL_SIZE_H200 = 8192
+ENABLE_MIXED_CHUNK = False  # srt/server_args.py: enable_mixed_chunk: bool = False
+# srt/mem_cache/kv_cache_configurator.py: MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO = 3
+MAMBA_BASE_SLOTS_RATIO = 3
+MAMBA_MAX_RUNNING_RATIO = 5  # 3 + get_mamba_tracking_slots(extra_buffer=True, overlap=True) = 3 + 2
+
+
+# ---- the decode reserve (new_token_ratio) -----------------------------------------------------------
+
+
+def new_token_ratio_schedule(conservativeness: float = 1.0) -> tuple[float, float, float]:
+    """(initial, floor, decay per decode step) of the decode reserve ratio.
+
+    srt/managers/scheduler_components/new_token_ratio_tracker.py ``NewTokenRatioTracker.from_config``:
+    init = min(0.7 x schedule_conservativeness, 1), min = min(init x 0.14, 1),
+    decay = (init - min) / 600. With the default conservativeness 1.0: (0.7, 0.098, 0.001003)."""
+    init = min(INIT_NEW_TOKEN_RATIO * conservativeness, 1.0)
+    floor = min(init * MIN_NEW_TOKEN_RATIO_FACTOR, 1.0)
+    return init, floor, (init - floor) / NEW_TOKEN_RATIO_DECAY_STEPS
+
+
+def running_reserve_ratio(ignore_eos: bool, new_token_ratio: float) -> float:
+    """Share of a running request's remaining output that admission keeps free.
+
+    srt/managers/schedule_policy.py ``PrefillAdder._get_running_request_total_token_offset``:
+    "Fixed-length requests cannot benefit from the early-EOS estimate": ratio 1.0 when the request
+    has ``ignore_eos`` (bench_serving sets it by default), else the decaying ``new_token_ratio``.
+    The remaining output is clipped at CLIP_MAX_NEW_TOKENS (``min(max_new - decoded, CLIP)``)."""
+    return 1.0 if ignore_eos else new_token_ratio
+
+
+def new_request_reserve_tokens(max_new_tokens: int, page_size: int, clip: int | None = CLIP_MAX_NEW_TOKENS) -> int:
+    """Tokens a new request reserves besides its prompt: its own output *in full* (clipped), plus one
+    page of alignment overhead.
+
+    srt/managers/schedule_policy.py ``PrefillAdder.add_one_req``: ``total_tokens = extend_input_len +
+    min(max_new_tokens, CLIP_MAX_NEW_TOKENS) + per_req_token_overhead`` (= page_size), admitted while
+    ``total_tokens < remaining_total`` (srt/mem_cache/prefill_budget.py ``PrefillBudget.check_prefill``);
+    ``_update_prefill_budget`` then charges the same ``max_new_tokens`` at ratio 1 (``reserve``)."""
+    return (max_new_tokens if clip is None else min(max_new_tokens, clip)) + page_size
+
+
+def ratio_after_retract(decoded_tokens: int, max_new_tokens: int, requests: int) -> float:
+    """The reserve ratio after a retraction, over the requests kept in the batch.
+
+    srt/managers/scheduler_components/new_token_ratio_tracker.py
+    ``NewTokenRatioTracker.estimate_new_token_ratio_after_retract``:
+    min(1, (sum decoded + SGLANG_RETRACT_DECODE_STEPS x n) / (sum max_new_tokens + 1)).
+    srt/managers/scheduler.py ``update_running_batch`` sets it after ``retract_decode`` and calls
+    ``decay_step`` only on decode steps *without* a retraction; ``self_check_during_idle`` resets it
+    to the initial value when the server is idle."""
+    return min(1.0, (decoded_tokens + RETRACT_DECODE_STEPS * requests) / (max_new_tokens + 1))
+
+
+def retraction_key(decoded_tokens: int, input_tokens: int) -> tuple[int, int]:
+    """Sort key of the retraction order: the request with the *smallest* key is retracted first.
+
+    srt/managers/schedule_batch.py ``ScheduleBatch._get_decode_retraction_order``: sorted by
+    ``(len(output_ids), -len(origin_input_ids))`` descending and popped from the end, so the victim
+    has the fewest decoded tokens, ties broken by the longest prompt. ``retract_decode`` pops until
+    ``check_decode_mem`` passes and "always keep[s] at least one request"."""
+    return decoded_tokens, -input_tokens
+
+
+# ---- capacity limits ---------------------------------------------------------------------------------
+
+
+def mamba_tracking_slots(extra_buffer: bool = True, overlap: bool = True, lazy: bool = False) -> int:
+    """State slots a running request holds besides its own (ping-pong tracking buffers).
+
+    srt/mem_cache/allocation_sizing.py ``get_mamba_tracking_slots``: 0 without extra_buffer, 1 lazy,
+    else 2 with the overlap scheduler. Qwen3.5 resolves to extra_buffer with radix cache and overlap
+    on (srt/arg_groups/overrides.py ``_mamba_radix_cache_resolution``, the arch is in
+    ``_MAMBA_EXTRA_BUFFER_ARCHS``): 1 + 2 slots per running request."""
+    if not extra_buffer:
+        return 0
+    if lazy:
+        return 1
+    return 2 if overlap else 1
+
+
+def mamba_max_running(max_mamba_cache_size: int, tracking_slots: int = 2) -> int:
+    """Running requests allowed by the state pool: ``max_mamba_cache_size // ratio``.
+
+    srt/mem_cache/kv_cache_configurator.py ``KVCacheConfigurator.resolve_max_num_reqs`` with
+    ``_calculate_mamba_ratio`` = MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO (3) + tracking slots (2)."""
+    return max_mamba_cache_size // (MAMBA_BASE_SLOTS_RATIO + tracking_slots)
+
+
+def max_running_requests(token_capacity: int, context_len: int) -> int:
+    """The default running-request cap from the token capacity.
+
+    srt/mem_cache/kv_cache_configurator.py ``resolve_max_num_reqs``: estimated = clamp(token_capacity
+    / context_len x 512, 2048, 4096); max = min(estimated, token_capacity // 2)."""
+    estimated = max(min(int(token_capacity / context_len * 512), 4096), 2048)
+    return min(estimated, token_capacity // 2)
+
+
+def swa_eviction_due(seqlen: int, window: int, evicted: int, interval: int = SWA_EVICTION_INTERVAL) -> bool:
+    """Whether a decoding request frees its out-of-window KV this step.
+
+    srt/managers/schedule_batch.py ``ScheduleBatch._swa_eviction_trigger``: only once ``seqlen - 1 -
+    window >= evicted + SGLANG_SWA_EVICTION_INTERVAL``, so a request holds between W and W + interval
+    (+ a page) window tokens: W..2W only for W = 128. The pager applies it in pages."""
+    return seqlen - 1 - window >= evicted + interval
+
+
+def page_size_on_hopper(model: str) -> int:
+    """The page size SGLang picks on an H100/H200 (sm90) when --page-size is not given.
+
+    srt/arg_groups/overrides.py ``_page_size_default``: 1 on CUDA (64 only on MUSA or a ROCm layout);
+    GPT-OSS gets the fa3 backend on sm90 (srt/arg_groups/model_overrides/gpt_oss.py
+    ``_gpt_oss_overrides``), which keeps page 1; Qwen3.5's override only acts on sm100
+    (model_overrides/qwen3_5.py). So 1 for every preset here."""
+    del model
+    return 1
+
+
+# ---- the KV budget -------------------------------------------------------------------------------------
+
+
+def kv_budget_bytes(pre_load_bytes: float, mem_fraction: float, weight_bytes: float) -> int:
+    """KV pool bytes as SGLang profiles them, without any further reserve.
+
+    srt/mem_cache/kv_cache_configurator.py ``_profile_available_bytes``: rest = free memory after the
+    weights load - pre_model_load_memory x (1 - mem_fraction_static) = pre x mem_fraction - weights
+    (the mamba state pool is then carved out of ``rest`` by ``_handle_max_mamba_cache``)."""
+    return int(pre_load_bytes * mem_fraction - weight_bytes)
+
+
+def state_pool_fraction(mamba_full_memory_ratio: float) -> float:
+    """Share of ``rest`` the state pool gets: r / (1 + r) (``_handle_max_mamba_cache``)."""
+    return mamba_full_memory_ratio / (1 + mamba_full_memory_ratio)
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+

@@ -1,0 +1,118 @@
+"""One workload through every configuration: the same bytes, requests and scheduler rules for each.
+
+A configuration is an engine kind (``engines.py``) at a ratio-flag setting and, for the unified arena,
+an admission policy. :func:`simulate` runs them all and returns a :class:`~kvarena.simulator.report.Report`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from kvarena.reference.split import split_regions
+from kvarena.simulator import rules
+from kvarena.simulator.costmodel import CostModel
+from kvarena.simulator.engines import ENGINES, Engine
+from kvarena.simulator.report import Outcome, Report, outcome
+from kvarena.simulator.scheduler import SchedulerModel, run
+from kvarena.simulator.series import Series
+from kvarena.simulator.vllm_model import VllmPool
+from kvarena.simulator.workloads import Workload
+from kvarena.spec.layout import Kind
+from kvarena.spec.models import DEFAULT_MAMBA_FULL_MEMORY_RATIO, DEFAULT_SWA_FULL_TOKENS_RATIO, ArenaConfig, preset
+
+DEFAULT_POLICIES = ("default",)  # `--policies all` runs every shipped policy as its own column
+# --ratio-sweep: split pools at these ratios besides the default (the flag the model's kind uses)
+SWEEP_SWA = (0.1, 0.2, 0.4, 0.6, 1.0)
+SWEEP_MAMBA = (0.1, 0.3, 0.5, 1.5, 3.0)
+
+
+@dataclass(frozen=True)
+class Configuration:
+    label: str
+    kind: str  # a key of engines.ENGINES
+    policy: str = "default"
+    swa_ratio: float = DEFAULT_SWA_FULL_TOKENS_RATIO
+    mamba_ratio: float = DEFAULT_MAMBA_FULL_MEMORY_RATIO
+    sweep: bool = False  # part of --ratio-sweep (reported in the sweep table)
+
+    def config(self, model: str, capacity: int, page_size: int, context: int) -> ArenaConfig:
+        return ArenaConfig(preset(model), capacity, page_size, self.swa_ratio, self.mamba_ratio, context)
+
+    def build(self, model: str, capacity: int, page_size: int, context: int) -> Engine:
+        return ENGINES[self.kind].build(self.config(model, capacity, page_size, context), self.policy)
+
+
+def configurations(w: Workload, sweep: bool = False, policies: tuple[str, ...] = DEFAULT_POLICIES
+                   ) -> list[Configuration]:
+    """Split pools and the unified arena (each policy) at each of the workload's ratios, then vLLM."""
+    out: list[Configuration] = []
+    many = len(w.swa_ratios) > 1
+    for r in w.swa_ratios:
+        tag = f" (swa {r:g})" if many else ""
+        out.append(Configuration(f"split pools{tag}", "split", swa_ratio=r))
+        for name in policies:
+            pol = "" if name == "default" else f" [{name}]"
+            out.append(Configuration(f"unified arena{pol}{tag}", "unified", name, swa_ratio=r))
+    out.append(Configuration("vLLM-style pool", "vllm"))
+    if sweep:
+        kinds = {c.kind for c in preset(w.model).classes}
+        if Kind.WINDOW in kinds:
+            out += [Configuration(f"split swa {r:g}", "split", swa_ratio=r, sweep=True)
+                    for r in SWEEP_SWA if r not in w.swa_ratios]
+        if Kind.RECURRENT in kinds:
+            out += [Configuration(f"split mamba {r:g}", "split", mamba_ratio=r, sweep=True) for r in SWEEP_MAMBA]
+    return out
+
+
+def running_cap(cfg: ArenaConfig, tracking_slots: int, unified: bool = False) -> int:
+    """SGLang's running-request cap for this budget (rules.max_running_requests, rules.mamba_max_running).
+
+    The token capacity is the full pool's (split pools: the region the ratio flags give it; unified:
+    every byte, as ``UnifiedKVPool`` sizes each sub-pool's slots over the whole buffer); the state
+    slots (``max_mamba_cache_size``) come from --mamba-full-memory-ratio in both modes
+    (``_handle_max_mamba_cache`` runs before either pool is built)."""
+    regions = split_regions(cfg)
+    full = next(c.name for c in cfg.model.classes if c.kind is Kind.FULL)
+    lo, hi = (0, cfg.capacity) if unified else regions[full]
+    tokens = (hi - lo) // cfg.page_bytes(full) * cfg.page_size
+    cap = rules.max_running_requests(tokens, cfg.model.max_context_len)
+    for c in cfg.model.classes:
+        if c.kind is Kind.RECURRENT:
+            lo, hi = regions[c.name]
+            cap = min(cap, rules.mamba_max_running((hi - lo) // cfg.page_bytes(c.name), tracking_slots))
+    return max(1, cap)
+
+
+def engine_model(base: SchedulerModel, c: Configuration, cfg: ArenaConfig) -> SchedulerModel:
+    """The scheduler rules for one configuration: SGLang's, with the engine's own overrides."""
+    model = replace(base, max_running=running_cap(cfg, base.state_slots - 1, c.kind == "unified"))
+    return replace(model, **ENGINES[c.kind].scheduler_overrides)
+
+
+def simulate(w: Workload, capacity: int, budget: str, page_size: int = 64, seed: int = 0, scale: float = 1.0,
+             sweep: bool = False, plots: bool = False, check_every: int = 0,
+             progress: Callable[[str, int, int, int, int], None] | None = None,
+             policies: tuple[str, ...] = DEFAULT_POLICIES, model: SchedulerModel | None = None) -> Report:
+    context = w.max_context()
+    cost = CostModel(preset(w.model))
+    base = replace(model or SchedulerModel(), check_every=check_every, stall_steps=max(50_000, 4 * context))
+    if not any(c.kind is Kind.RECURRENT for c in preset(w.model).classes):
+        base = replace(base, state_slots=1)
+    outcomes: list[Outcome] = []
+    vllm_info: dict[str, object] = {}
+    for c in configurations(w, sweep, policies):
+        alloc = c.build(w.model, capacity, page_size, context)
+        if isinstance(alloc, VllmPool):
+            g = alloc.geometry
+            vllm_info = {"block_tokens": g.block_tokens, "page_bytes": g.page_bytes, "groups": g.groups,
+                         "padding_bytes": {n: alloc.padding_bytes(n) for n in alloc.order}}
+        series = Series() if plots else None
+        m = engine_model(base, c, alloc.config)
+        r = run(alloc, w.source(scale, seed), c.label, m, seed=seed, cost=cost, progress=progress,
+                sampler=series, sample_every=1 if plots else 0)
+        outcomes.append(outcome(c, r, series.data if series else {}, ENGINES[c.kind].implementation,
+                                m.max_running))
+    regions = split_regions(ArenaConfig(preset(w.model), capacity, page_size, max_context_len=context))
+    sweep_labels = {c.label for c in configurations(w, True, policies) if c.sweep}
+    return Report(w, capacity, budget, context, page_size, outcomes, regions, vllm_info, sweep_labels)
