@@ -3,9 +3,9 @@
     python bench/simulate_speed.py [--mem-fraction F] [--out DIR]
 
 Runs every preset once, as ``kvarena simulate --workload NAME`` does (all its configurations, the
-preset's own budget, SGLang's scheduler rules, invariants checked at the end of each run), and writes bench/results/simulate-<date>.md
-with the machine, the command, the load average and, per preset, wall and CPU seconds. CPU seconds
-are this process's own, so they stay meaningful on a machine shared with other jobs.
+preset's own budget, SGLang's rules, invariants checked at the end of each run), and writes
+bench/results/simulate-<date>.md with the machine, the command, the load average and, per preset, wall
+and CPU seconds. CPU seconds are this process's own, so they stay meaningful on a shared machine.
 """
 
 from __future__ import annotations
