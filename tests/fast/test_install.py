@@ -26,6 +26,8 @@ from pathlib import Path
 
 import pytest
 
+from kvarena.cli import COMMANDS
+
 ROOT = Path(__file__).resolve().parents[2]
 CI_STEP = ROOT / "docs" / "ci-step.sh"
 TIMEOUT = 300  # per subprocess; a cold pip cache in CI is the slow part
@@ -190,12 +192,14 @@ def test_wheel_in_a_fresh_venv(wheel: Path, tmp_path: Path) -> None:
     work = tmp_path / "elsewhere"  # not the source tree: only the installed package can import
     work.mkdir()
     _run([str(bin_ / "python"), "-m", "pip", "install", "-q", str(wheel)], cwd=work, env=env)
-    _run([str(bin_ / "kvarena"), "--help"], cwd=work, env=env)
+    for command in (None, *COMMANDS):  # the real thing test_cli.py simulates with an import hook
+        _run([str(bin_ / "kvarena"), *([command] if command else []), "--help"], cwd=work, env=env)
     assert "gpt-oss-20b" in _run([str(bin_ / "kvarena"), "models"], cwd=work, env=env).stdout
-    r = _run([str(bin_ / "kvarena"), "conform", "--impl", "reference", "--examples", "5"], cwd=work, env=env,
-             check=False)
-    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
-    assert "needs the 'conform' extra" in r.stderr.strip().splitlines()[-1], r.stderr
+    for argv, extra in ((["conform", "--impl", "reference", "--examples", "5"], "conform"),
+                        (["prove", "--no-ladder"], "proofs")):
+        r = _run([str(bin_ / "kvarena"), *argv], cwd=work, env=env, check=False)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+        assert f"kvarena {argv[0]} needs the '{extra}' extra" in r.stderr.strip().splitlines()[-1], r.stderr
 
     _run([str(bin_ / "python"), "-m", "pip", "install", "-q", f"{wheel}[conform]"], cwd=work, env=env)
     r = _run([str(bin_ / "kvarena"), "conform", "--impl", "reference", "--examples", "5"], cwd=work, env=env)
