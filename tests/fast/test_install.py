@@ -7,7 +7,8 @@ must be reachable; ``-m "not install"`` skips them offline); each builds its own
 * the built wheel, first with no extra (core commands run, ``conform`` names its missing extra in one line),
   then with ``[conform]``: ``kvarena conform --impl reference`` passes and the spec / vectors are installed;
 * ``pip install ".[conform]"`` from a source tree, then ``kvarena conform --impl reference``;
-* docs/ci-step.sh, verbatim, installing from a ``git+file://`` URL; its JUnit file parses.
+* docs/ci-step.sh, verbatim, installing from a ``git+file://`` URL: the reference passes and its JUnit file
+  parses; the worked example's planted bug exits 1 with a failure in the JUnit file.
 
 All three install from a clean copy of the working tree (tracked and untracked, not ignored, files), so what
 is tested is what is about to be committed, and setuptools' build/ never sees a stale file.
@@ -239,6 +240,12 @@ def test_ci_step_runs_verbatim(source_tree: Path, tmp_path: Path) -> None:
     cases = root.findall(".//testcase")
     assert root.tag in ("testsuites", "testsuite") and cases, ET.tostring(root)[:500]
     assert not root.findall(".//failure") and not root.findall(".//error")
+    # a violation fails the step (exit 1) and lands in the JUnit file: the worked example's planted bug
+    env["KVARENA_IMPL"] = "kvarena.conformance.example.adapter:make_buggy"
+    report.unlink()
+    r = _run(["bash", str(CI_STEP)], cwd=engine, env=env, check=False)
+    assert r.returncode == 1, (r.returncode, r.stdout[-2000:], r.stderr[-2000:])
+    assert ET.parse(report).getroot().findall(".//failure"), "the violation is not in the JUnit file"
     # KVARENA_SRC is required: without it the step stops before installing anything
     del env["KVARENA_SRC"]
     r = _run(["bash", str(CI_STEP)], cwd=engine, env=env, check=False)
