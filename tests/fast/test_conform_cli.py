@@ -199,3 +199,11 @@ def test_plugin_runs_the_suite(tmp_path: Path) -> None:
     assert r.returncode == 1, r.stdout + r.stderr
     assert "kvarena-conformance[kvarena.conformance.example_adapter:renumbered@exact]" in r.stdout
     assert "DIVERGENCE in vector errors-every-code.jsonl" in r.stdout
+
+
+def test_plugin_imports_the_adapter_from_the_working_directory(tmp_path: Path) -> None:
+    (tmp_path / "engine_adapter.py").write_text("from kvarena.conformance.example.adapter import make\n")
+    r = _pytest(tmp_path, "--kvarena-impl=engine_adapter:make", f"--kvarena-vectors={ONE}", "--kvarena-examples=5")
+    assert r.returncode == 0 and "2 passed" in r.stdout, r.stdout + r.stderr
+    r = _pytest(tmp_path, "--collect-only", "-q", "--kvarena-impl=engine_adapter:make")
+    assert "kvarena-conformance[engine_adapter:make@safety]" in r.stdout, r.stdout  # third party: safety by default
