@@ -205,5 +205,5 @@ def test_plugin_imports_the_adapter_from_the_working_directory(tmp_path: Path) -
     (tmp_path / "engine_adapter.py").write_text("from kvarena.conformance.example.adapter import make\n")
     r = _pytest(tmp_path, "--kvarena-impl=engine_adapter:make", f"--kvarena-vectors={ONE}", "--kvarena-examples=5")
     assert r.returncode == 0 and "2 passed" in r.stdout, r.stdout + r.stderr
-    r = _pytest(tmp_path, "--collect-only", "-q", "--kvarena-impl=engine_adapter:make")
+    r = _pytest(tmp_path, "--collect-only", "--kvarena-impl=engine_adapter:make")
     assert "kvarena-conformance[engine_adapter:make@safety]" in r.stdout, r.stdout  # third party: safety by default
