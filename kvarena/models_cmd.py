@@ -41,11 +41,12 @@ def _model(name: str) -> ModelSpec:
 
 
 def _check_page_size(model: ModelSpec, page_size: int) -> None:
-    """The arena's own rule (ArenaConfig.validate), so this command accepts exactly what an arena does."""
+    """The arena's own rule (ArenaConfig.validate) decides, so this command accepts exactly what an arena does;
+    the message is replay's and simulate's."""
     try:
         ArenaConfig(model, capacity=1, page_size=page_size).validate()
-    except ConfigError as e:
-        raise UsageError(f"--page-size {page_size}: {e}") from None
+    except ConfigError:
+        raise UsageError(f"--page-size {page_size} must be a power of two (e.g. 16 or 64 tokens)") from None
 
 
 def run(args: argparse.Namespace) -> int:
