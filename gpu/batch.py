@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from kvarena.gpu.results import BatchResult
+from kvarena.gpu.results import BatchResult, FreeResult
 from kvarena.spec.errors import (
     AdmissionRejectedError,
     ArenaError,
@@ -141,23 +141,23 @@ class BatchOps:
         res.vids, res.slots = np.array(vids, dtype=np.int64), np.array(slots, dtype=np.int64)
         return res
 
-    def free_batch(self, owners: Sequence[str]) -> list[Any]:
+    def free_batch(self, owners: Sequence[str]) -> FreeResult:
         """``free(owners[k])`` for every k, in order: the freed pages per owner (or the error object)."""
         self.poll()
-        out: list[Any] = [None] * len(owners)
+        errors: dict[int, ArenaError] = {}
         rows, pos, names = [], [], []
         seen: set[str] = set()
         for k, o in enumerate(owners):
             r = self.owners.rows.get(o)
             if r is None or o in seen:
-                out[k] = UnknownOwnerError(f"owner {o!r} holds no pages; admit it first")
+                errors[k] = UnknownOwnerError(f"owner {o!r} holds no pages; admit it first")
                 continue
             seen.add(o)
             rows.append(r)
             pos.append(k)
             names.append(o)
         if not rows:
-            return out
+            return FreeResult(len(owners), _EMPTY, _EMPTY, {}, errors)
         log, kk = self.owners, len(self.order)
         rows_a = np.array(rows, dtype=np.int64)
         e = log.entries_of_rows(rows_a)
@@ -175,9 +175,7 @@ class BatchOps:
         freed = vids[freed_mask]
         self._free_pages(freed)
         cuts = np.searchsorted(who[freed_mask], np.arange(len(rows) + 1))
-        for j, k in enumerate(pos):
-            out[k] = freed[cuts[j]:cuts[j + 1]].tolist()
-        return out
+        return FreeResult(len(owners), freed, cuts, dict(zip(pos, range(len(pos)))), errors)
 
     # -- placement -----------------------------------------------------------------------------
     def _place_rows(self, d: np.ndarray, rows: np.ndarray, errors: dict[int, ArenaError]) -> BatchResult:

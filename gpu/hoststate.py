@@ -5,7 +5,7 @@ Three structures, each sized so that a batch of pages is one vectorized update, 
 * :class:`LiveMap` — a band's p->v on the host: ``arr[slot]`` is the virtual page bound there, -1 for none
   (the planner asks ``slot in band.live`` and ``len(band.live)``, as of a dict).
 * :class:`VidPool` — virtual ids, lowest unbound first (spec/arena.md §Virtual pages): the unbound ids below
-  ``next`` in a sorted list, so the ``k`` lowest are one slice.
+  ``next`` in a sorted array, so the ``k`` lowest are one slice.
 * :class:`OwnerLog` — who holds what: an append-only log of ``(owner row, class, vid)`` acquisitions with an
   ``alive`` flag. An owner's holdings per class, in acquisition order, are its alive entries in log order;
   a batch of extends is one append of arrays.
@@ -16,7 +16,6 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 import numpy as np
-from sortedcontainers import SortedList
 
 
 class LiveMap:
@@ -69,25 +68,32 @@ class LiveMap:
 
 
 class VidPool:
-    """Virtual ids, lowest unbound first: a sorted list of the freed ids below ``next``, then fresh ones."""
+    """Virtual ids, lowest unbound first: the freed ids below ``next`` as a sorted numpy array (plus the ids
+    freed since, merged at the next take: two sorted runs, one stable sort), then fresh ids from ``next``."""
 
     def __init__(self) -> None:
-        self.free = SortedList()
+        self.free = np.zeros(0, dtype=np.int64)
+        self.pending: list[np.ndarray] = []
         self.next = 0
 
     def take(self, k: int) -> np.ndarray:
         """The ``k`` lowest unbound ids, ascending (bound from now on)."""
+        if self.pending:
+            self.free = np.sort(np.concatenate([self.free, *self.pending]), kind="stable")
+            self.pending = []
         m = min(k, len(self.free))
         out = np.empty(k, dtype=np.int64)
-        if m:
-            out[:m] = list(self.free.islice(0, m))
-            del self.free[:m]
+        out[:m] = self.free[:m]
+        self.free = self.free[m:]
         out[m:] = np.arange(self.next, self.next + k - m, dtype=np.int64)
         self.next += k - m
         return out
 
     def give(self, vids: Sequence[int] | np.ndarray) -> None:
-        self.free.update(vids.tolist() if isinstance(vids, np.ndarray) else vids)
+        self.pending.append(np.sort(np.asarray(vids, dtype=np.int64)))
+
+    def __len__(self) -> int:
+        return len(self.free) + sum(len(p) for p in self.pending)
 
 
 class OwnerLog:

@@ -74,6 +74,8 @@ class BatchResult(Sequence):
             return [self[i] for i in range(*k.indices(len(self)))]
         if k < 0:
             k += len(self)
+        if not 0 <= k < len(self):
+            raise IndexError(k)
         if k in self.errors:
             return self.errors[k]
         pages = self.pages_of(k)
@@ -91,3 +93,29 @@ class BatchResult(Sequence):
         m = np.ones(len(self), dtype=bool)
         m[list(self.errors)] = False
         return m
+
+
+@dataclass
+class FreeResult(Sequence):
+    """``result[k]``: the pages ``free(owners[k])`` freed (a list, in the order free returns them) or the error."""
+
+    n: int
+    freed: np.ndarray  # every freed page, owner after owner
+    cuts: np.ndarray  # owner j's pages are freed[cuts[j]:cuts[j + 1]]
+    slot_of: dict[int, int]  # batch position -> j
+    errors: dict[int, ArenaError] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, k: int) -> Any:  # type: ignore[override]
+        if isinstance(k, slice):
+            return [self[i] for i in range(*k.indices(self.n))]
+        if k < 0:
+            k += self.n
+        if not 0 <= k < self.n:
+            raise IndexError(k)
+        if k in self.errors:
+            return self.errors[k]
+        j = self.slot_of[k]
+        return self.freed[self.cuts[j]:self.cuts[j + 1]].tolist()

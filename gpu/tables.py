@@ -47,9 +47,9 @@ class Tables:
         n, m = len(v_idx), len(p_idx)
         dev = self.staging.upload(np.concatenate([v_idx, v_val, p_idx, p_val]))
         if m:
-            self.p2v.view(-1).index_put_((dev[2 * n:2 * n + m],), dev[2 * n + m:])
+            self.p2v.view(-1).index_copy_(0, dev[2 * n:2 * n + m], dev[2 * n + m:])
         if n:
-            self.v2p.view(-1).index_put_((dev[:n],), dev[n:2 * n])
+            self.v2p.view(-1).index_copy_(0, dev[:n], dev[n:2 * n])
         self.launches += 2
 
     def bind(self, classes: np.ndarray, vids: np.ndarray, slots: np.ndarray) -> None:

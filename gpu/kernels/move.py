@@ -119,12 +119,12 @@ def move_slots(words: torch.Tensor, s: torch.Tensor, d: torch.Tensor, page_bytes
         launch(words, s, d, page_words, remap=remap)
         return
     pages = words[: words.numel() // page_words * page_words].view(-1, page_words)
-    pages[d] = pages[s]  # plain torch: the gather finishes before the scatter, and no destination is a source
+    pages.index_copy_(0, d, pages.index_select(0, s))  # plain torch: gather, then scatter (no dst is a src)
     if remap is not None:
         vids, v2p, p2v = remap
-        p2v[s] = -1
-        p2v[d] = vids
-        v2p[vids] = d
+        p2v.index_fill_(0, s, -1)
+        p2v.index_copy_(0, d, vids)
+        v2p.index_copy_(0, vids, d)
 
 
 # ---------------------------------------------------------------------------------------------

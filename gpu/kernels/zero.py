@@ -70,7 +70,7 @@ def zero_slots(words: torch.Tensor, idx: torch.Tensor, page_bytes: int, *, path:
     if use_triton(zero_pages_kernel, words, path):
         launch(words, idx, page_words)
     else:
-        words[: n_pages * page_words].view(n_pages, page_words)[idx] = 0
+        words[: n_pages * page_words].view(n_pages, page_words).index_fill_(0, idx, 0)  # not [idx] = 0: 500x slower
 
 
 # ---------------------------------------------------------------------------------------------

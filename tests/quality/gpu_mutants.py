@@ -141,8 +141,8 @@ MUTANTS: tuple[Mutant, ...] = (
            "neighbour's bytes (host planner: lockstep on the torch path)",
            lockstep="torch"),
     Mutant("stale-translation-after-move", move_mod,
-           "        p2v[d] = vids\n        v2p[vids] = d\n",
-           "        p2v[d] = vids\n",
+           "        v2p.index_copy_(0, vids, d)\n",
+           "",
            "a move updates p->v but not the device v->p row the translate kernel reads: attention follows the "
            "page's old slot (the fused move's torch path: lockstep on the torch path; observe() reads the tables "
            "back)",
@@ -153,8 +153,9 @@ MUTANTS: tuple[Mutant, ...] = (
            "a move copies only the first half of each page's words: a one-entry recurrent page's ssm row is "
            "torn in two, a token page's later entries stay behind (move kernel and its torch path: lockstep on "
            "the interpreter path, and move.check() on both paths)",
-           also=(("    pages[d] = pages[s]  # plain torch",
-                  "    pages[d, : page_words // 2] = pages[s, : page_words // 2]  # plain torch"),),
+           also=(("    pages.index_copy_(0, d, pages.index_select(0, s))",
+                  "    pages[:, : page_words // 2].index_copy_(0, d,\n"
+                  "                                         pages[:, : page_words // 2].index_select(0, s))"),),
            lockstep="interpreter", kernel=check_move),
     Mutant("reuse-withheld-page", allocator_mod,
            "        if self.ledger.in_use(band.name, slot):\n            band.withheld.add(slot)",
@@ -227,8 +228,8 @@ MUTANTS: tuple[Mutant, ...] = (
            "the zero kernel starts one word late: the first 8 bytes of a new recurrent slot (its conv row) keep "
            "the old bytes (zero kernel and its torch path: lockstep on the interpreter path, and zero.check() on "
            "both paths; the last word would be no test: it is row padding in every toy layout)",
-           also=(("        words[: n_pages * page_words].view(n_pages, page_words)[idx] = 0\n",
-                  "        words[: n_pages * page_words].view(n_pages, page_words)[idx, 1:] = 0\n"),),
+           also=(("        words[: n_pages * page_words].view(n_pages, page_words).index_fill_(0, idx, 0)",
+                  "        words[: n_pages * page_words].view(n_pages, page_words)[:, 1:].index_fill_(0, idx, 0)"),),
            lockstep="interpreter", kernel=check_zero),
 )
 

@@ -1,0 +1,266 @@
+"""Host cost of gpu/'s batched calls on the CPU torch path, against the reference and SGLang 0.5.23's allocator.
+
+    python bench/host_cost.py            # full run (a few minutes on 2 cores): bench/results/host_cost-<date>.md
+    python bench/host_cost.py --smoke    # seconds (CI, tests/fast/test_host_cost.py): small N, few reps, no file
+
+One process, one arena configuration (``--model``, default toy-swa at 16 MiB: 65,536 full pages of 256 B, so
+per-page bytes are negligible and what is timed is the allocator's host work), interleaved repetitions (the
+implementations take turns in a shuffled order each repetition, so a busy machine slows all alike), medians
+and the interquartile range.
+
+* **decode step, every request crossing a page**: ``extend_batch`` of N owners by one full page each (the
+  worst case: N new pages) — against the reference's N sequential ``extend`` calls and SGLang's
+  ``MultiEndedAllocator.alloc`` of N pages (its composite ``alloc`` of N pages on CPU torch: the lower bound
+  it can run here; its ``alloc_decode`` is GPU-only). Untimed between repetitions: the pages are freed.
+* **free_batch** of the N owners (they are re-admitted untimed).
+* **compaction** of K holes (``compact()``, host planning plus the CPU copies of tiny pages), per moved page.
+* **translate_tokens** of 1e5 ids into a preallocated ``out``.
+* launches (table scatters, zero and move launches) and uploads (staged copies) per call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import random
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _provenance import machine_line, python_line, sh, write
+
+os.environ.pop("TRITON_INTERPRET", None)  # the plain-torch path of every kernel wrapper: the CPU torch path
+
+
+def _stats(xs: list[float]) -> tuple[float, float]:
+    q = statistics.quantiles(xs, n=4) if len(xs) >= 2 else [xs[0]] * 3
+    return statistics.median(xs), q[2] - q[0]
+
+
+def _fmt(m: float, iqr: float) -> str:
+    return f"{m * 1e6:,.1f} ± {iqr * 1e6:,.1f}"
+
+
+class Sides:
+    """The three allocators on one configuration, each with N owners ready to grow."""
+
+    def __init__(self, config: object, n: int) -> None:
+        from kvarena.gpu.allocator import make
+        from kvarena.reference.arena import Arena
+
+        self.n = n
+        self.gpu, self.ref = make(config), Arena(config)
+        self.owners = [f"r{i}" for i in range(n)]
+        self.gpu.admit_batch(self.owners, np.zeros((n, len(self.gpu.order)), dtype=np.int64))
+        for o in self.owners:
+            self.ref.admit(o, {})
+        self.full = self.gpu.order[-1]
+        self.demand = np.zeros((n, len(self.gpu.order)), dtype=np.int64)
+        self.demand[:, -1] = 1
+        self.sg = None
+        try:
+            from kvarena.conformance.adapters.sglang import SGLangArena
+
+            self.sg = SGLangArena(config).allocs[self.full]
+        except Exception as e:
+            self.sg_error = f"{type(e).__name__}: {e}"
+
+    def gpu_step(self) -> float:
+        t0 = time.perf_counter()
+        self.gpu.extend_batch(self.owners, self.demand)
+        t = time.perf_counter() - t0
+        self.gpu.free_batch(self.owners)
+        self.gpu.admit_batch(self.owners, np.zeros_like(self.demand))
+        return t
+
+    def ref_step(self) -> float:
+        d = {self.full: 1}
+        t0 = time.perf_counter()
+        for o in self.owners:
+            self.ref.extend(o, d)
+        t = time.perf_counter() - t0
+        for o in self.owners:
+            self.ref.free(o)
+            self.ref.admit(o, {})
+        return t
+
+    def sg_step(self) -> float:
+        a = self.sg
+        t0 = time.perf_counter()
+        ids = a.alloc(self.n * a.page_size)
+        t = time.perf_counter() - t0
+        assert ids is not None, "SGLang refused the allocation"
+        a.free(ids)
+        return t
+
+    def gpu_free(self) -> float:
+        self.gpu.extend_batch(self.owners, self.demand)
+        t0 = time.perf_counter()
+        self.gpu.free_batch(self.owners)
+        t = time.perf_counter() - t0
+        self.gpu.admit_batch(self.owners, np.zeros_like(self.demand))
+        return t
+
+
+def counts_per_call(gpu: object, fn: Callable[[], object]) -> str:
+    st, tb = gpu.staging, gpu.tables
+    before = (st.uploads, tb.launches, gpu.stats["zero_launches"], gpu.stats["move_launches"])
+    fn()
+    after = (st.uploads, tb.launches, gpu.stats["zero_launches"], gpu.stats["move_launches"])
+    up, scat, zero, move = (b - a for a, b in zip(before, after))
+    return f"{up} uploads, {scat} table scatters, {zero} zero launches, {move} move launches"
+
+
+def decode_rows(config: object, ns: list[int], reps: int, rng: random.Random) -> tuple[list[str], dict]:
+    rows, summary = [], {}
+    base = None
+    for n in ns:
+        s = Sides(config, n)
+        fns = {"gpu": s.gpu_step, "ref": s.ref_step, "free": s.gpu_free}
+        if s.sg is not None:
+            fns["sg"] = s.sg_step
+        for f in fns.values():  # warm-up
+            f()
+        samples: dict[str, list[float]] = {k: [] for k in fns}
+        for _ in range(reps):
+            keys = list(fns)
+            rng.shuffle(keys)
+            for k in keys:
+                samples[k].append(fns[k]())
+        g, r, fr = _stats(samples["gpu"]), _stats(samples["ref"]), _stats(samples["free"])
+        sg = _stats(samples["sg"]) if "sg" in samples else None
+        base = base or g[0]
+        launches = counts_per_call(s.gpu, lambda s=s: s.gpu.extend_batch(s.owners, s.demand))
+        rows.append(f"| {n:,} | {_fmt(*g)} | {g[0] / base:.2f}x | {_fmt(*r)} | {r[0] / g[0]:.1f}x | "
+                    + (f"{_fmt(*sg)} | {g[0] / sg[0]:.2f}x" if sg else f"not available ({s.sg_error[:60]}) | -")
+                    + f" | {_fmt(*fr)} | {launches} |")
+        summary[n] = {"gpu": g[0], "ref": r[0], "sg": sg[0] if sg else None}
+    return rows, summary
+
+
+def compaction_rows(model: str, ks: list[int], reps: int) -> list[str]:
+    from kvarena.gpu.allocator import make
+    from kvarena.spec.models import ArenaConfig, preset
+
+    rows = []
+    for k in ks:
+        samples, moved = [], 0
+        for _ in range(reps):
+            gpu = make(ArenaConfig(preset(model), 64 << 20, page_size=4, max_context_len=16))
+            low = gpu.order[0]
+            owners = [f"c{i}" for i in range(2 * k)]
+            d = np.zeros((2 * k, len(gpu.order)), dtype=np.int64)
+            d[:, 0] = 1
+            gpu.admit_batch(owners, d)
+            gpu.free_batch(owners[::2])  # k holes in the low band, k live pages past them
+            t0 = time.perf_counter()
+            plan = gpu.compact()
+            samples.append(time.perf_counter() - t0)
+            moved = len(plan.moves)
+            assert moved, f"compaction of {k} {low} holes moved nothing"
+        m, iqr = _stats(samples)
+        rows.append(f"| {k:,} | {moved:,} | {_fmt(m, iqr)} | {m / moved * 1e6:.2f} |")
+    return rows
+
+
+def translate_row(config: object, n_ids: int, reps: int) -> str:
+    import torch
+
+    from kvarena.gpu.allocator import make
+
+    gpu = make(config)
+    n = 4096
+    owners = [f"t{i}" for i in range(n)]
+    d = np.zeros((n, len(gpu.order)), dtype=np.int64)
+    d[:, -1] = 4
+    gpu.admit_batch(owners, d)
+    full = gpu.order[-1]
+    epp = gpu.mem.epp[full]
+    vt = torch.randint(0, 4 * n * epp, (n_ids,), dtype=torch.int64)
+    out = torch.empty(n_ids + 64, dtype=torch.int64)
+    samples = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        gpu.translate_tokens(full, vt, out=out, out_width=n_ids + 64)
+        samples.append(time.perf_counter() - t0)
+    return f"| {n_ids:,} | {_fmt(*_stats(samples))} |"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--smoke", action="store_true", help="seconds: N = 16, 256; 3 repetitions; prints, writes nothing")
+    p.add_argument("--model", default="toy-swa", help="preset (default toy-swa: tiny pages, host work only)")
+    p.add_argument("--capacity-mib", type=int, default=16)
+    p.add_argument("--reps", type=int, default=None)
+    p.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
+    args = p.parse_args(argv)
+
+    from kvarena.spec.models import ArenaConfig, preset
+
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    reps = args.reps or (3 if args.smoke else 30)
+    ns = [16, 256] if args.smoke else [16, 256, 1024, 4096]
+    ks = [64] if args.smoke else [256, 4096]
+    config = ArenaConfig(preset(args.model), args.capacity_mib << 20, page_size=4, max_context_len=16)
+    rng = random.Random(0)
+    t_start = time.perf_counter()
+    rows, summary = decode_rows(config, ns, reps, rng)
+    comp = compaction_rows(args.model, ks, max(3, reps // 3))
+    tr = translate_row(config, 10_000 if args.smoke else 100_000, reps)
+    big = max(ns)
+    s = summary[big]
+    verdicts = [f"- extend_batch at {big:,} requests / at 16: {s['gpu'] / summary[16]['gpu']:.2f}x "
+                "(target: a few times)"]
+    if 1024 in summary and summary[1024]["sg"]:
+        r = summary[1024]["gpu"] / summary[1024]["sg"]
+        verdicts.append(f"- decode step of 1,024 requests / SGLang alloc of 1,024 pages: {r:.3f}x (target <= 0.25x): "
+                        + ("PASS" if r <= 0.25 else "FAIL"))
+    command = " ".join(["python bench/host_cost.py", *(sys.argv[1:] if argv is None else argv)])
+    lscpu = sh("sh", "-c", "lscpu | grep 'Model name' | sed 's/.*: *//'")
+    text = "\n".join([
+        f"# gpu/ host cost on the CPU torch path, {datetime.date.today().isoformat()}",
+        "",
+        f"- command: `{command}` (wall {time.perf_counter() - t_start:.0f} s)",
+        machine_line(load),
+        f"- cpu: {lscpu or '?'}, {os.cpu_count()} cores",
+        python_line(),
+        f"- configuration: {args.model}, {args.capacity_mib} MiB, page size 4, every device tensor on the CPU; "
+        f"{reps} interleaved repetitions; median ± interquartile range, µs",
+        "",
+        "## Decode step: every request gets one new full page",
+        "",
+        "| requests N | gpu `extend_batch` µs | vs N=16 | reference: N `extend` µs | reference / gpu | "
+        "SGLang `alloc` of N pages µs | gpu / SGLang | gpu `free_batch` µs | device work per extend_batch |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        *rows,
+        "",
+        *verdicts,
+        "",
+        "## Compaction of K holes (`compact()`: planning, host state, CPU copies of 128 B pages)",
+        "",
+        "| holes K | pages moved | µs | µs per moved page (target <= 1) |",
+        "|---:|---:|---:|---:|",
+        *comp,
+        "",
+        "## translate_tokens into a preallocated out (torch ops on CPU)",
+        "",
+        "| ids | µs |",
+        "|---:|---:|",
+        tr,
+        "",
+    ])
+    if args.smoke:
+        print(text)
+        return 0
+    write(args.out, f"host_cost-{datetime.date.today().isoformat()}.md", text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
