@@ -446,9 +446,10 @@ class GpuArena(BatchOps):
         return done
 
     def release(self, user: str) -> None:
-        """``user`` finished: withheld slots it was the last to hold become holes."""
-        self.poll()
+        """``user`` finished: withheld slots it was the last to hold become holes. An event user may be released
+        by hand too (before its event is polled); then the others whose events completed."""
         self._release(user)
+        self.poll()
 
     def _release(self, user: str) -> None:
         u = self.users.pop(user, None)
