@@ -186,7 +186,7 @@ class BatchOps:
         res = BatchResult(list(self.order), counts, _EMPTY, _EMPTY, errors)
         k = 0
         while k < n:
-            m = self._fast_prefix(d[k:])
+            m = self._fast_prefix(d[k:], self._hole_counts())  # counts now: a fallback may have compacted
             if m:
                 v, s = self._place_fast(d[k:k + m], rows[k:k + m])
                 parts_v.append(v)
@@ -212,8 +212,12 @@ class BatchOps:
             res.vids, res.slots = np.concatenate(parts_v), np.concatenate(parts_s)
         return res
 
-    def _fast_prefix(self, d: np.ndarray) -> int:
-        """How many leading requests of ``d`` rung 1 places vectorized (see the module docstring)."""
+    def _hole_counts(self) -> tuple[int, int]:
+        return len(self._chain[0].holes), len(self._chain[-1].holes)
+
+    def _fast_prefix(self, d: np.ndarray, holes: tuple[int, int]) -> int:
+        """How many leading requests of ``d`` rung 1 places vectorized (see the module docstring), given the
+        end bands' hole counts."""
         n, k = d.shape
         if k < 2 or not n:
             return 0
@@ -225,8 +229,8 @@ class BatchOps:
         if not lim:
             return 0
         low, high = self._chain[0], self._chain[-1]
-        gl = np.maximum(np.cumsum(d[:lim, 0]) - len(low.holes), 0)
-        gh = np.maximum(np.cumsum(d[:lim, -1]) - len(high.holes), 0)
+        gl = np.maximum(np.cumsum(d[:lim, 0]) - holes[0], 0)
+        gh = np.maximum(np.cumsum(d[:lim, -1]) - holes[1], 0)
         floats = [b for b in self._chain[1:-1] if not b.empty]
         if not floats:
             ok = gl * low.page_bytes + gh * high.page_bytes <= high.lo_byte - low.hi_byte

@@ -40,17 +40,20 @@ import torch
 
 import kvarena.gpu.allocator as allocator_mod
 import kvarena.gpu.arena as arena_mod
+import kvarena.gpu.batch as batch_mod
 import kvarena.gpu.kernels as kernels
 import kvarena.gpu.kernels.alloc as alloc_mod
 import kvarena.gpu.kernels.move as move_mod
 import kvarena.gpu.kernels.translate as translate_mod
 import kvarena.gpu.kernels.zero as zero_mod
 import kvarena.gpu.planner as planner_mod
+import kvarena.gpu.staging as staging_mod
 import kvarena.gpu.tables as tables_mod
 from kvarena.spec.errors import PlanError
+from kvarena.spec.models import ArenaConfig, preset
 
-GPU_MODULES: tuple[types.ModuleType, ...] = (allocator_mod, arena_mod, planner_mod, tables_mod, kernels, move_mod,
-                                             zero_mod, translate_mod, alloc_mod)
+GPU_MODULES: tuple[types.ModuleType, ...] = (allocator_mod, arena_mod, batch_mod, planner_mod, staging_mod,
+                                             tables_mod, kernels, move_mod, zero_mod, translate_mod, alloc_mod)
 KERNELS = {move_mod: "move_pages_kernel", zero_mod: "zero_pages_kernel", translate_mod: "translate_kernel",
            alloc_mod: "alloc_tokens_kernel"}
 SEEDS = (0, 1, 2)
@@ -116,6 +119,34 @@ def check_move_refuses_overlap(mod: types.ModuleType, path: str) -> None:
                              "in page 3)")
 
 
+def check_staging(mod: types.ModuleType, path: str) -> None:
+    """staging.check(): uploads whose copies have not completed never share a host buffer (path-independent: the
+    ring is host logic; it runs once per path like every kernel check)."""
+    mod.check()
+
+
+def check_zeroing(mod: types.ModuleType, path: str) -> None:
+    """Every page a batch hands out reads as zero bytes, on an arena whose bytes were all 0xFF before: token pages
+    and recurrent slots, the last page of each class's batch included."""
+    factory = getattr(mod, "make", allocator_mod.make)
+    with contextlib.ExitStack() as stack:
+        if path == "torch":
+            stack.enter_context(mock.patch.object(kernels, "interpreted", lambda kernel: False))
+        for model in ("toy-tri", "toy-state"):
+            a = factory(ArenaConfig(preset(model), 8192, page_size=2, max_context_len=8))
+            a.mem.raw.fill_(0xFF)
+            k = len(a.order)
+            a.admit_batch([f"z{i}" for i in range(3)], torch.tensor([[1 + (i + j) % 2 for j in range(k)]
+                                                                    for i in range(3)]).numpy())
+            words = a.mem.words
+            for c, band in a.bands.items():
+                pw = band.page_bytes // 8
+                for slot in band.live.items():
+                    got = words[slot[0] * pw:(slot[0] + 1) * pw]
+                    if bool((got != 0).any()):
+                        raise AssertionError(f"{model}: {c} page at slot {slot[0]} was handed out with stale bytes")
+
+
 # ---------------------------------------------------------------------------------------------
 
 
@@ -131,6 +162,7 @@ class Mutant:
     kernel: Callable[[types.ModuleType, str], None] | None = None  # the kernel check that must fail
     paths: tuple[str, ...] = ("triton", "torch")  # the paths on which the kernel check must fail
     steps: int | None = None  # steps per example of the lockstep kill, where the ci profile's 50 are too few
+    machine: str = "lockstep"  # "batched": the lockstep kill runs conformance/batched.py's machine
 
 
 MUTANTS: tuple[Mutant, ...] = (
@@ -231,12 +263,71 @@ MUTANTS: tuple[Mutant, ...] = (
            also=(("        words[: n_pages * page_words].view(n_pages, page_words).index_fill_(0, idx, 0)",
                   "        words[: n_pages * page_words].view(n_pages, page_words)[:, 1:].index_fill_(0, idx, 0)"),),
            lockstep="interpreter", kernel=check_zero),
+    # -- the batched engine calls (issue: engine-grade allocator) ---------------------------------------------
+    Mutant("batch-gives-request-k-page-to-k-plus-1", batch_mod,
+           "        self.owners.append(np.repeat(rows, d.sum(axis=1)), classes, vids)\n",
+           "        self.owners.append(np.roll(np.repeat(rows, d.sum(axis=1)), 1), classes, vids)\n",
+           "the vectorized rung 1 records each new page for the request after the one it was placed for (batch "
+           "placement: batched lockstep on the torch path, holdings after the batch)",
+           lockstep="torch", machine="batched"),
+    Mutant("staging-buffer-reused-in-flight", staging_mod,
+           "            if s.event is None or s.event.query():",
+           "            if True:",
+           "a pinned staging buffer is rewritten while the copy queued from it has not run: the device would "
+           "receive the next call's indices. On CPU copies are synchronous, so only the ring's own check, driven "
+           "by events that have not completed, sees it",
+           kernel=check_staging),
+    Mutant("event-user-released-early", allocator_mod,
+           "        done = [u for u, x in self.users.items() if x.event is not None and x.event.query()]\n",
+           "        done = [u for u, x in self.users.items() if x.event is not None]\n",
+           "a FORWARD user acquired with an event is released at the next call whether or not its event completed: "
+           "pages the forward still reads become reusable holes (batched lockstep on the torch path)",
+           lockstep="torch", machine="batched"),
+    Mutant("padding-lane-writes-a-live-page", translate_mod,
+           "    phys = tl.where(mask, phys, pad)\n",
+           "    phys = tl.where(mask, phys, 0)\n",
+           "a graph-padding lane of translate_tokens points at entry 0 (a live page's first token, SGLang's sink) "
+           "instead of the padding entry past the arena: a padded forward writes into a request's KV "
+           "(translate.check() on both paths; the batched lockstep's translate_pad rule on the interpreter path)",
+           also=(("    out[n:].fill_(pad)\n", "    out[n:].fill_(0)\n"),),
+           lockstep="interpreter", machine="batched", kernel=check_translate),
+    Mutant("decode-skips-page-crossing", batch_mod,
+           "        page = q // epp\n",
+           "        page = (q - 1) // epp\n",
+           "token_locs puts a token that opens a new page into the request's previous page (a decode step that "
+           "skips the page a crossing request just got): batched lockstep on the torch path, token_locs rule",
+           lockstep="torch", machine="batched"),
+    Mutant("fused-move-misses-remap", move_mod,
+           "            tl.store(v2p_ptr + vid, dst)\n",
+           "            tl.store(v2p_ptr + vid, src)\n",
+           "the fused move kernel copies the bytes and updates p->v but leaves v->p at the old slot: translation "
+           "follows the page's old bytes (lockstep on the interpreter path; move.check() of the Triton kernel)",
+           lockstep="interpreter", kernel=check_move, paths=("triton",)),
+    Mutant("stale-hole-count-after-fallback", batch_mod,
+           "            m = self._fast_prefix(d[k:], self._hole_counts())",
+           "            m = self._fast_prefix(d[k:], counts0)",
+           "the batch's vectorized rung 1 keeps the end bands' hole counts from the start of the batch, after a "
+           "request in the middle fell back to the ladder and compacted: later requests are planned against holes "
+           "that are gone (batched lockstep on the torch path)",
+           also=(("        k = 0\n        while k < n:\n", "        k = 0\n        counts0 = self._hole_counts()\n"
+                  "        while k < n:\n"),),
+           lockstep="torch", machine="batched"),
+    Mutant("zeroing-misses-last-page-of-batch", allocator_mod,
+           "            zero_slots(self.mem.words, dev[a:b], self._chain[int(cs[a])].page_bytes)",
+           "            zero_slots(self.mem.words, dev[a:max(a, b - 1)], self._chain[int(cs[a])].page_bytes)",
+           "the per-step zeroing skips the last new page of each class: it is handed out with its previous "
+           "owner's bytes (check_zeroing on both paths: every handed-out page reads zero on a dirtied arena)",
+           kernel=check_zeroing),
 )
 
 # The ten bug kinds the issue asks for, each a substring of at least one mutant's name.
 REQUIRED = ("off-by-one-frontier", "stale-translation-after-move", "partial-row-move", "reuse-withheld-page",
             "move-page-with-writer", "double-free-accepted", "recurrent-slot-not-zeroed", "overlapping-move",
             "wrong-dtype-view-offset", "alloc-one-page-too-many")
+# The eight bug kinds of the batched engine calls the issue asks for.
+REQUIRED_BATCHED = ("batch-gives-request-k-page-to-k-plus-1", "staging-buffer-reused-in-flight",
+                    "event-user-released-early", "padding-lane-writes-a-live-page", "decode-skips-page-crossing",
+                    "fused-move-misses-remap", "stale-hole-count-after-fallback", "zeroing-misses-last-page-of-batch")
 
 
 def source_of(m: Mutant) -> str:
@@ -296,6 +387,11 @@ def applied(m: Mutant, path: str = "torch") -> Iterator[Callable]:
             stack.enter_context(mock.patch.object(kernels, "interpreted", lambda kernel: False))
         if m.module is allocator_mod:
             yield mod.make
+            return
+        if m.module is batch_mod:  # GpuArena's base class is the real mixin: override its methods
+            methods = {k: v for k, v in vars(mod.BatchOps).items() if callable(v) and not k.startswith("__")}
+            cls = type("GpuArena", (allocator_mod.GpuArena,), methods)
+            yield lambda config, device="cpu": cls(config, device)
             return
         for importer in GPU_MODULES:
             if importer is m.module:

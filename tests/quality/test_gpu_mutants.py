@@ -24,10 +24,11 @@ from hypothesis import Phase, settings
 import kvarena.gpu.allocator as allocator_mod
 import kvarena.gpu.kernels as kernels
 from kvarena.conformance.adapter import AdapterError
+from kvarena.conformance.batched import run_batched_lockstep
 from kvarena.conformance.lockstep import run_lockstep
 from kvarena.gpu.kernels import interpreted, use_interpreter
 from kvarena.spec.errors import ArenaError
-from tests.quality.gpu_mutants import KERNELS, MUTANTS, REQUIRED, applied, mutate, source_of
+from tests.quality.gpu_mutants import KERNELS, MUTANTS, REQUIRED, REQUIRED_BATCHED, applied, mutate, source_of
 
 use_interpreter()  # in case another test module imported kvarena.gpu first, without the variable
 
@@ -39,7 +40,10 @@ CI_STEPS = settings.get_profile("ci").stateful_step_count
 # budget leaves a margin of 3x; the control runs pass the same budgets. The slowest kills: recurrent-slot-not-zeroed
 # at example 52 (torch), partial-row-move 52 and zero-kernel-skips-first-word 66 (interpreter),
 # withheld-freed-by-first-release 47 (torch, 80 steps).
-BUDGETS = {("torch", CI_STEPS): 300, ("interpreter", CI_STEPS): 200, ("torch", 80): 300}
+# The batched machine (conformance/batched.py) for the batched calls' mutants: kills seen at <= 19 examples.
+BUDGETS = {("torch", CI_STEPS, "lockstep"): 300, ("interpreter", CI_STEPS, "lockstep"): 200,
+           ("torch", 80, "lockstep"): 300, ("torch", CI_STEPS, "batched"): 60, ("interpreter", CI_STEPS, "batched"): 20}
+RUNNERS = {"lockstep": run_lockstep, "batched": run_batched_lockstep}
 # Exceptions that mean the mutant broke the code rather than planted a bug a check should find.
 BROKEN = {"NameError", "SyntaxError", "ImportError", "ModuleNotFoundError", "AttributeError", "TypeError",
           "UnboundLocalError", "NotImplementedError", "InterpreterError", "CompilationError", "RuntimeError"}
@@ -48,13 +52,13 @@ LOCKSTEP = [m for m in MUTANTS if m.lockstep]
 KERNEL = [(m, p) for m in MUTANTS if m.kernel for p in m.paths]
 
 
-def _budget(mutant) -> tuple[str, int]:
-    return mutant.lockstep, mutant.steps or CI_STEPS
+def _budget(mutant) -> tuple[str, int, str]:
+    return mutant.lockstep, mutant.steps or CI_STEPS, mutant.machine
 
 
-def _kill_settings(path: str, steps: int) -> settings:
-    return settings(settings.get_profile("ci"), max_examples=BUDGETS[(path, steps)], stateful_step_count=steps,
-                    phases=KILL_PHASES)
+def _kill_settings(path: str, steps: int, machine: str) -> settings:
+    return settings(settings.get_profile("ci"), max_examples=BUDGETS[(path, steps, machine)],
+                    stateful_step_count=steps, phases=KILL_PHASES)
 
 
 def _assert_check_failed(name: str, err: BaseException) -> None:
@@ -68,7 +72,7 @@ def _assert_check_failed(name: str, err: BaseException) -> None:
 @pytest.mark.parametrize("mutant", LOCKSTEP, ids=[m.name for m in LOCKSTEP])
 def test_lockstep_kills_mutant(mutant) -> None:
     with applied(mutant, mutant.lockstep) as factory, pytest.raises(Exception) as info:
-        run_lockstep(factory, "exact", _kill_settings(*_budget(mutant)))
+        RUNNERS[mutant.machine](factory, "exact", _kill_settings(*_budget(mutant)))
     _assert_check_failed(mutant.name, info.value)
 
 
@@ -76,7 +80,7 @@ def test_lockstep_kills_mutant(mutant) -> None:
 @pytest.mark.parametrize(("mutant", "path"), KERNEL, ids=[f"{m.name}-{p}" for m, p in KERNEL])
 def test_kernel_check_kills_mutant(mutant, path: str) -> None:
     mod = mutate(mutant)
-    if path == "triton":
+    if path == "triton" and mutant.module in KERNELS:
         assert interpreted(getattr(mod, KERNELS[mutant.module])), "the mutated kernel is not interpreted"
     with pytest.raises(AssertionError):
         mutant.kernel(mod, path)
@@ -84,18 +88,21 @@ def test_kernel_check_kills_mutant(mutant, path: str) -> None:
 
 
 @pytest.mark.quality
-@pytest.mark.parametrize(("path", "steps"), sorted(BUDGETS), ids=[f"{p}-{s}-steps" for p, s in sorted(BUDGETS)])
-def test_unmutated_allocator_passes_the_kill_budget(path: str, steps: int, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(("path", "steps", "machine"), sorted(BUDGETS),
+                         ids=[f"{m}-{p}-{s}-steps" for p, s, m in sorted(BUDGETS)])
+def test_unmutated_allocator_passes_the_kill_budget(path: str, steps: int, machine: str,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """The same examples the kills run pass on the real allocator: a kill is the mutant's doing."""
     if path == "torch":
         monkeypatch.setattr(kernels, "interpreted", lambda kernel: False)
-    run_lockstep(allocator_mod.make, "exact", _kill_settings(path, steps))
+    RUNNERS[machine](allocator_mod.make, "exact", _kill_settings(path, steps, machine))
 
 
 def test_mutants_cover_required_bugs() -> None:
     names = " ".join(m.name for m in MUTANTS)
-    assert all(r in names for r in REQUIRED), sorted(r for r in REQUIRED if r not in names)
-    assert len(MUTANTS) >= 10
+    assert all(r in names for r in (*REQUIRED, *REQUIRED_BATCHED)), \
+        sorted(r for r in (*REQUIRED, *REQUIRED_BATCHED) if r not in names)
+    assert len(MUTANTS) >= 18
     for m in MUTANTS:
         assert m.lockstep or m.kernel, f"{m.name} has no kill"
         assert not m.lockstep or _budget(m) in BUDGETS, f"{m.name}: add {_budget(m)} to BUDGETS"
