@@ -487,3 +487,7 @@ VECTORS: tuple[VectorSpec, ...] = (
     VectorSpec("sglang-off-grid-frontier", "sglang §8.2: a low frontier off the high band's page grid; no overlap",
                "toy-tri", 2912, 2, sglang_off_grid_frontier, seed=16),
 )
+
+from kvarena.conformance.scenarios_sglang import unit_vectors  # noqa: E402 (SGLang's own unit tests, ported)
+
+VECTORS += unit_vectors()
