@@ -213,15 +213,15 @@ def check_args(args: argparse.Namespace) -> None:
         raise UsageError(f"--check-every {args.check_every} must be >= 0 (0: at the end only)")
 
 
-def too_small(model: str, capacity: int, page_size: int) -> str:
-    """Why ``capacity`` cannot run ``model``, in GiB, naming the flag to change."""
-    kinds = (("the unified arena", Arena), ("the split pools", SplitPools))
+def too_small(model: str, capacity: int, page_size: int, given: str) -> str:
+    """Why ``capacity`` cannot run ``model``, in GiB, naming the flag to change (replay has no context flag)."""
+    kinds = (("unified arena", Arena), ("split pools", SplitPools))
     need = {name: smallest_capacity(lambda c, k=k: k(ArenaConfig(preset(model), c, page_size=page_size)), capacity)
             for name, k in kinds}
     least = math.ceil(max(need.values()) / GiB * 100) / 100
     ctx = preset(model).max_context_len
-    return (f"--capacity-gib {capacity / GiB:g} cannot hold one worst-case {model} request of {ctx:,} tokens "
-            f"({', '.join(f'{n} needs {gib(b)}' for n, b in need.items())}); pass --capacity-gib {least:g} or more")
+    return (f"{given} cannot hold one worst-case {model} request of {ctx:,} tokens "
+            f"({', '.join(f'{n} {gib(b)}' for n, b in need.items())}); pass --capacity-gib {least:g} or more")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -236,7 +236,9 @@ def run(args: argparse.Namespace) -> int:
         try:
             Arena(config), SplitPools(config)  # fail fast on a configuration either side refuses
         except CapacityTooSmallError:
-            raise UsageError(too_small(args.model, capacity, args.page_size)) from None
+            given = (f"--capacity-gib {args.capacity_gib:g}" if args.capacity_gib is not None
+                     else f"the H200 budget of {gib(capacity)}")
+            raise UsageError(too_small(args.model, capacity, args.page_size, given)) from None
         trace, results = compare(config, args.seed, args.scale, args.check_every,
                                  None if args.quiet else Progress())
     except ReplayInvariantError as e:

@@ -256,10 +256,10 @@ def check_capacity(w: Workload, capacity: int, args: argparse.Namespace) -> None
         except CapacityTooSmallError:
             need = max(smallest_capacity(lambda n, c=c: c.build(w.model, n, args.page_size, context), capacity)
                        for c in configurations(w))
-            flag = "--capacity-gib" if args.capacity_gib is not None else "--mem-fraction (or pass --capacity-gib)"
+            least = f"--capacity-gib {math.ceil(need / GiB * 100) / 100:g} or more"
+            fix = f"pass {least}" if args.capacity_gib is not None else f"raise --mem-fraction or pass {least}"
             raise UsageError(f"{w.name}: a KV budget of {gib(capacity)} cannot hold one request of {context:,} "
-                             f"tokens in the {c.label} ({gib(need)} needed); raise {flag}: "
-                             f"--capacity-gib {math.ceil(need / GiB * 100) / 100:g} or more runs") from None
+                             f"tokens in the {c.label} ({gib(need)} needed); {fix}") from None
 
 
 def print_report(rep: Report, out=None) -> None:

@@ -17,7 +17,7 @@ CLIP_MAX_NEW_TOKENS = 4096  # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION (srt/manager
 SWA_EVICTION_INTERVAL = 128  # SGLANG_SWA_EVICTION_INTERVAL
 # srt/arg_groups/memory_hook.py _handle_gpu_memory_settings: "H20, H200 (chunked_prefill_size 8k ...)"
 CHUNKED_PREFILL_SIZE_H200 = 8192
-ENABLE_MIXED_CHUNK = False  # srt/server_args.py: enable_mixed_chunk: bool = False
+ENABLE_MIXED_CHUNK = False  # srt/arg_groups/fields/schedule.py: enable_mixed_chunk ... = False
 # srt/mem_cache/kv_cache_configurator.py: MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO = 3
 MAMBA_BASE_SLOTS_RATIO = 3
 MAMBA_MAX_RUNNING_RATIO = 5  # 3 + get_mamba_tracking_slots(extra_buffer=True, overlap=True) = 3 + 2

@@ -1,7 +1,7 @@
 """The continuous-batching scheduler model shared by ``kvarena replay`` and ``kvarena simulate``.
 
 One loop iteration is one scheduler step (one forward pass). With SGLang's default
-(``mixed_chunk=False``, srt/server_args.py ``enable_mixed_chunk``) a step is *either* a prefill
+(``mixed_chunk=False``, srt/arg_groups/fields/schedule.py ``enable_mixed_chunk``) a step is *either* a prefill
 batch or a decode batch, as ``Scheduler.get_next_batch_to_run`` picks: admission runs first and, if
 it prefilled anything, the running requests wait; otherwise every running request decodes a token.
 With ``mixed_chunk=True`` (``kvarena replay``'s simple model) each step decodes, then admits.
@@ -146,6 +146,7 @@ class _Reserve:
         self.n_unclipped = {False: 0, True: 0}
         self.n_clipped = {False: 0, True: 0}
         self.pending = 0
+        self.this_pass = 0.0  # requests admitted in this admission pass: the rest of their output, in full
 
     def remaining(self, g: bool, t: int, clip: int | None) -> int:
         return (clip or 0) * self.n_clipped[g] + self.sum_finish[g] - self.n_unclipped[g] * t
@@ -182,6 +183,7 @@ class Scheduler:
         self.just_prefilled: list[_Req] = []
         self.just_finished: list[_Req] = []
         self.retracted_this_step = False
+        self.admitting = False
         self.moved_before = sum(alloc.stats.bytes_moved.values())
 
     # ---- reserve bookkeeping ------------------------------------------------------------------------
@@ -207,6 +209,9 @@ class Scheduler:
             self.grow[first].append((r, r.epoch))
         self.fin[r.finish].append((r, r.epoch))
         self.just_prefilled.append(r)
+        if self.admitting and self.m.new_request_in_full:  # SGLang charges it in full for the rest of the pass
+            ratio = rules.running_reserve_ratio(r.eos and self.m.ignore_eos_at_one, self.ratio)
+            self.rs.this_pass += (1 - ratio) * self.out_reserve(r.cap) + self.pt
 
     def stop_decode(self, r: _Req) -> None:
         self.sum_base -= r.input - r.dec_start
@@ -237,7 +242,7 @@ class Scheduler:
             return int(self.ratio * (remaining + rs.pending + self.out_reserve(r.cap)))
         running = sum(rules.running_reserve_ratio(g and m.ignore_eos_at_one, self.ratio)
                       * rs.remaining(g, t, self.clip) for g in (False, True))
-        return int(running) + rs.pending + rules.new_request_reserve_tokens(r.cap, self.pt, self.clip)
+        return int(running + rs.this_pass) + rs.pending + rules.new_request_reserve_tokens(r.cap, self.pt, self.clip)
 
     # ---- retraction ---------------------------------------------------------------------------------
 
@@ -389,6 +394,13 @@ class Scheduler:
         return c
 
     def admit(self) -> None:
+        self.admitting, self.rs.this_pass = True, 0.0
+        try:
+            self._admit()
+        finally:
+            self.admitting = False
+
+    def _admit(self) -> None:
         budget = self.m.prefill_chunk
         if self.chunked:
             got = self.prefill_chunk(self.chunked[0], budget, False)
