@@ -24,6 +24,7 @@ import torch
 
 from kvarena.gpu.arena import DeviceArena
 from kvarena.gpu.batch import BatchOps
+from kvarena.gpu.graph import GraphStep
 from kvarena.gpu.hoststate import LiveMap, OwnerLog, VidPool
 from kvarena.gpu.kernels.move import check_moves, move_slots
 from kvarena.gpu.kernels.translate import translate_tokens
@@ -55,7 +56,7 @@ class GpuArena(BatchOps):
     """The unified arena on a torch device; the same observable behaviour as the spec, to the slot."""
 
     def __init__(self, config: ArenaConfig, device: str | torch.device = "cpu",
-                 events: Any = None) -> None:
+                 events: Any = None, graph_width: int | None = None) -> None:
         config.validate()
         self.config = config
         self.capacity = config.capacity
@@ -76,6 +77,7 @@ class GpuArena(BatchOps):
         self.mem = DeviceArena(config, self.device)
         self.staging = Staging(self.device, events=events)
         self.tables = Tables(self.order, self.mem.top, self.device, self.staging)
+        self.graph = GraphStep(self, graph_width) if graph_width else None  # fixed-shape (capturable) binds
         n_vids = self.tables.n_vids
         self.vcls = np.full(n_vids, -1, dtype=np.int64)  # host v->p: class index (-1 unbound) and slot
         self.vslot = np.full(n_vids, -1, dtype=np.int64)
@@ -248,7 +250,10 @@ class GpuArena(BatchOps):
 
     def _device_bind(self, classes: np.ndarray, vids: np.ndarray, slots: np.ndarray) -> None:
         """New pages on the device: both tables (one upload, two scatters), then every new page zeroed, one
-        launch per class (a fresh page reads as zeros: no bytes of its previous owner leak)."""
+        launch per class (a fresh page reads as zeros: no bytes of its previous owner leak). With a graph width,
+        the same work at fixed shapes (``graph.py``: replayed as a CUDA graph), when the step fits it."""
+        if self.graph is not None and self.graph.bind(classes, vids, slots):
+            return
         self.tables.bind(classes, vids, slots)
         order = np.argsort(classes, kind="stable")
         cs, ss = classes[order], slots[order]
@@ -579,9 +584,10 @@ class GpuArena(BatchOps):
                            withheld={n: tuple(sorted(b.withheld)) for n, b in self.bands.items()})
 
 
-def make(config: ArenaConfig, device: str | torch.device = "cpu") -> GpuArena:
-    """Factory for ``kvarena conform --impl kvarena.gpu.allocator:make``."""
-    return GpuArena(config, device)
+def make(config: ArenaConfig, device: str | torch.device = "cpu", graph_width: int | None = None) -> GpuArena:
+    """Factory for ``kvarena conform --impl kvarena.gpu.allocator:make``; ``graph_width``: new pages per class a
+    step binds at fixed shapes (CUDA-graph replay on CUDA), more fall back to the eager launches."""
+    return GpuArena(config, device, graph_width=graph_width)
 
 
 __all__ = ["Admission", "BatchResult", "GpuArena", "View", "make"]

@@ -53,11 +53,15 @@ class DeviceArena:
         # the padding entry of each class (graph-padding lanes of translate_tokens write there) lies past the
         # arena's last byte, in bytes no page of any class covers: two entries of the widest class suffice
         self.pad_bytes = 2 * max(lay.entry_bytes for lay in self.layouts.values())
-        self.raw = torch.zeros(config.capacity + self.pad_bytes, dtype=torch.uint8, device=self.device)
-        # int64 words for the page kernels: every page ends on a 32 B boundary, so all of them are inside
-        self.words = self.raw[: config.capacity // 8 * 8].view(torch.int64)
         self.epp = {n: entries_per_page(c, config.page_size) for n, c in self.classes.items()}
         self.page_bytes = {n: self.epp[n] * self.layouts[n].entry_bytes for n in self.classes}
+        # then a dump page per class (fixed-width graph steps zero their unused lanes there), page aligned
+        self.dump_slot = {n: -(-(config.capacity + self.pad_bytes) // p) for n, p in self.page_bytes.items()}
+        total = max((s + 1) * self.page_bytes[n] for n, s in self.dump_slot.items())
+        self.raw = torch.zeros(total, dtype=torch.uint8, device=self.device)
+        # int64 words for the page kernels: every page ends on a 32 B boundary, so all of them are inside
+        self.words = self.raw[: config.capacity // 8 * 8].view(torch.int64)
+        self.words_all = self.raw[: total // 8 * 8].view(torch.int64)  # the grids plus the dump pages
         self.top = {n: config.capacity // p for n, p in self.page_bytes.items()}  # whole pages on each grid
         self._views: dict[str, dict[tuple[int, str], torch.Tensor]] = {n: self._build_views(n) for n in self.classes}
         self._row_views = {n: list(self._views[n].values()) for n in self.classes}  # by row index

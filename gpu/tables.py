@@ -35,8 +35,9 @@ class Tables:
         self.staging = staging
         self.n_vids = sum(tops.values())
         self.width = max(tops.values())
-        self.v2p = torch.full((len(self.order), self.n_vids), -1, dtype=torch.int64, device=device)
-        self.p2v = torch.full((len(self.order), self.width), -1, dtype=torch.int64, device=device)
+        # one spare column each: the lanes of a fixed-width step that carry no page write -1 there
+        self.v2p = torch.full((len(self.order), self.n_vids + 1), -1, dtype=torch.int64, device=device)
+        self.p2v = torch.full((len(self.order), self.width + 1), -1, dtype=torch.int64, device=device)
         self.launches = 0
 
     def row(self, cls: str) -> torch.Tensor:
@@ -55,13 +56,13 @@ class Tables:
     def bind(self, classes: np.ndarray, vids: np.ndarray, slots: np.ndarray) -> None:
         """New pages ``(class index, vid, slot)``: both tables, one upload and two scatters."""
         if len(vids):
-            self._scatter(classes * self.n_vids + vids, slots, classes * self.width + slots, vids)
+            self._scatter(classes * (self.n_vids + 1) + vids, slots, classes * (self.width + 1) + slots, vids)
 
     def unbind(self, classes: np.ndarray, vids: np.ndarray, slots: np.ndarray) -> None:
         """Freed pages: both entries back to -1."""
         if len(vids):
             none = np.full(len(vids), -1, dtype=np.int64)
-            self._scatter(classes * self.n_vids + vids, none, classes * self.width + slots, none)
+            self._scatter(classes * (self.n_vids + 1) + vids, none, classes * (self.width + 1) + slots, none)
 
     def host_v2p(self) -> dict[int, tuple[str, int]]:
         """``{vid: (cls, slot)}`` read back from the device."""

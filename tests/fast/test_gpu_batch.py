@@ -62,10 +62,10 @@ def _seq(ref: Arena, method: str, *args: Any) -> tuple:
 
 
 class BatchLockstep:
-    def __init__(self, model: str, seed: int) -> None:
+    def __init__(self, model: str, seed: int, graph_width: int | None = None) -> None:
         self.rng = random.Random(seed)
         self.config = _config(model, 2400 + 128 * self.rng.randint(0, 12), self.rng.choice([2, 4]))
-        self.ref, self.gpu = Arena(self.config), make(self.config)
+        self.ref, self.gpu = Arena(self.config), make(self.config, graph_width=graph_width)
         self.order = self.ref.order
         self.n = 0
         self.fast = self.fell_back = self.rejected = 0
@@ -159,6 +159,17 @@ def test_batched_calls_are_the_sequential_calls(model: str, path: str, monkeypat
         ls.run(120 if path == "torch" else 60)
         fast, fell_back, rejected = fast + ls.fast, fell_back + ls.fell_back, rejected + ls.rejected
     assert fast and fell_back and rejected, f"vectorized {fast}, by the ladder {fell_back}, rejected {rejected}"
+
+
+@pytest.mark.parametrize("model", ["toy-tri", "toy-state"])
+def test_fixed_shape_steps_are_the_same_binds(model: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """graph_width: steps of up to 3 pages per class run the fixed-shape (graph-capturable) ops, larger ones the
+    eager launches; both in exact lockstep with the reference (tables read back, rows, recurrent zeroing)."""
+    monkeypatch.setattr(kernels, "interpreted", lambda kernel: False)
+    ls = BatchLockstep(model, 3, graph_width=3)
+    ls.run(100)
+    g = ls.gpu.graph
+    assert g is not None and g.binds and g.eager_fallbacks, (g.binds, g.eager_fallbacks)
 
 
 # ---------------------------------------------------------------------------------------------
