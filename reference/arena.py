@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
+
+from sortedcontainers import SortedList
 
 from kvarena.reference.bands import Band, BandView, Role
 from kvarena.reference.ladder import Placement, ceil_div, place, plan_compaction, plan_float_relayout
@@ -443,9 +445,7 @@ class Arena:
         if missing:
             raise DoubleFreeError(f"drop({owner!r}): owner does not hold {missing} (double free, or another "
                                   "owner's page); drop only pages this owner holds")
-        for v in vids:
-            del held[self.v2p[v][0]][v]
-        return self._unref(vids)
+        return self._unref(owner, vids)
 
     def slide(self, owner: str, cls: str, n: int) -> list[int]:
         """Drop the ``n`` oldest pages of ``cls`` that ``owner`` holds (window pages that slid out)."""
@@ -455,19 +455,24 @@ class Arena:
         if not isinstance(n, int) or isinstance(n, bool) or n < 0 or n > len(held[cls]):
             raise InvalidArgumentError(f"slide({owner!r}, {cls!r}, {n!r}): owner holds {len(held[cls])} "
                                        f"{cls} pages; n must be in [0, {len(held[cls])}]")
-        out = list(islice(held[cls], n))
-        for v in out:
-            del held[cls][v]
-        return self._unref(out)
+        return self._unref(owner, list(islice(held[cls], n)))
 
     def free(self, owner: str) -> list[int]:
         """``owner`` lets go of every page it holds (all classes); the owner is forgotten."""
         held = self._owner(owner)
         vids = [v for c in self.order for v in held[c]]
-        del self.owners[owner]
-        return self._unref(vids)
+        return self._unref(owner, vids, forget=True)
 
-    def _unref(self, vids: Iterable[int]) -> list[int]:
+    def _unref(self, owner: str, vids: list[int], forget: bool = False) -> list[int]:
+        """``owner`` lets go of ``vids`` (validated; with ``forget``, of everything, and is forgotten). The free
+        and the policy's free-time plan commit together or not at all: a refused plan restores the state."""
+        undo = self._checkpoint(owner, vids)
+        held = self.owners[owner]  # after the checkpoint: the working copy
+        if forget:
+            del self.owners[owner]
+        else:
+            for v in vids:
+                del held[self.v2p[v][0]][v]
         freed = []
         for v in vids:
             self.refs[v] -= 1
@@ -477,12 +482,47 @@ class Arena:
                 self._free_page(v)
         for b in self._chain():
             b.absorb_boundary_holes()
-        if freed:
-            after = self.policy.after_free(self)
-            if after is not None and after.moves:
-                validate_plan(self, after, {})
-                self._apply(after)
+        if undo is not None:
+            try:
+                after = self.policy.after_free(self)
+                if after is not None:
+                    validate_plan(self, after, {})  # a free-time plan places nothing
+                    if after.moves:
+                        self._apply(after)
+            except BaseException:
+                self._rollback(undo)
+                raise
         return freed
+
+    def _checkpoint(self, owner: str, vids: list[int]) -> tuple | None:
+        """Before a free that the policy's free-time hook follows: keep the containers a free and a plan touch
+        and work on copies, so a refused plan can put the originals back untouched (bit-identical).  None when
+        nothing is freed or the hook is the ladder's (which plans nothing): then nothing can be refused."""
+        if getattr(self.policy.after_free, "__func__", None) is Ladder.after_free:
+            return None
+        if not any(self.refs[v] == 1 for v in vids):
+            return None
+        names = ("v2p", "gen", "owners", "refs", "content", "_free_vids", "stats")
+        kept = {n: getattr(self, n) for n in names}
+        bands = {n: (b.lo, b.hi, b.live, b.holes, b.withheld) for n, b in self.bands.items()}
+        self.v2p, self.gen, self.refs, self.content = dict(self.v2p), dict(self.gen), Counter(self.refs), \
+            dict(self.content)
+        self.owners = dict(self.owners)
+        self.owners[owner] = {c: dict(vs) for c, vs in self.owners[owner].items()}
+        self._free_vids = list(self._free_vids)
+        self.stats = Stats(self.stats.admitted, self.stats.pages_placed, dict(self.stats.moves),
+                           dict(self.stats.bytes_moved), dict(self.stats.rung_used))
+        for b in self.bands.values():
+            b.live, b.holes, b.withheld = dict(b.live), SortedList(b.holes), set(b.withheld)
+        return kept, bands
+
+    def _rollback(self, undo: tuple) -> None:
+        kept, bands = undo
+        for n, v in kept.items():
+            setattr(self, n, v)
+        for n, (lo, hi, live, holes, withheld) in bands.items():
+            b = self.bands[n]
+            b.lo, b.hi, b.live, b.holes, b.withheld = lo, hi, live, holes, withheld
 
     def _free_page(self, vid: int) -> None:
         cls, slot = self.v2p.pop(vid)

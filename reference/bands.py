@@ -49,9 +49,6 @@ class Band:
     def hi_byte(self) -> int:
         return self.hi * self.page_bytes
 
-    def slot_range(self, slot: int) -> tuple[int, int]:
-        return slot * self.page_bytes, (slot + 1) * self.page_bytes
-
     def in_span(self, slot: int) -> bool:
         return self.lo <= slot < self.hi
 

@@ -14,10 +14,10 @@ from collections.abc import Callable
 from kvarena.reference.arena import Arena
 from kvarena.reference.bands import BandView, Role
 from kvarena.reference.ladder import place
-from kvarena.spec.errors import InvariantViolation
+from kvarena.spec.errors import ArenaError, InvariantViolation
 from kvarena.spec.layout import entries_per_page
 from kvarena.spec.models import worst_case_demand
-from kvarena.spec.types import Mode
+from kvarena.spec.types import Mode, Move, Plan, Rung, UserKind
 
 
 def _fail(inv: str, msg: str) -> None:
@@ -187,6 +187,114 @@ def check_feasibility_floor(a: Arena) -> None:
         _fail("INV-FEASIBILITY-FLOOR", f"an empty arena cannot hold one worst-case request: short {fit.shortfall}")
 
 
+PROBE = "\x00refusal-probe"  # an owner and ledger-user id no caller uses
+# The probes that plant a policy whose plans the validator must refuse. A harness that switches the arena's plan
+# validator off (to see the state predicates catch a planted bug alone) switches these off too: they would only
+# report the validator it removed.
+PLAN_PROBES = True
+
+
+class _RefusingPolicy:
+    """Every plan it makes breaks PLAN-RUNG (a rung-1 plan that moves): the arena must refuse it unapplied."""
+
+    name = "refusal-probe"
+
+    def __init__(self, cls: str) -> None:
+        self.bad = Plan(Rung.REUSE, (Move(cls, 0, 1),))
+
+    def plan(self, arena: Arena, demand: dict[str, int]) -> Plan:
+        return self.bad
+
+    def after_free(self, arena: Arena) -> Plan | None:
+        return self.bad
+
+
+def _refusals(a: Arena) -> list[tuple[str, Callable[[], object]]]:
+    """Calls that every valid state must refuse with an ArenaError: one per kind of refusal, each built so that
+    it fails late (valid arguments first), where a half-applied operation would show."""
+    low, high = a.order[0], a.order[-1]
+    owner = next((o for o in sorted(a.owners) if any(a.owners[o].values())), None)
+    probes: list[tuple[str, Callable[[], object]]] = [
+        ("admit(bad demand)", lambda: a.admit(PROBE, {low: 1, "\x00nope": 1})),
+        ("extend(unknown owner)", lambda: a.extend(PROBE, {low: 1})),
+        ("release(unknown user)", lambda: a.release(PROBE)),
+        ("compact(-1)", lambda: a.compact(-1)),
+        ("relayout(bad demand)", lambda: a.relayout({low: 1, "\x00nope": 1})),
+    ]
+    if a.owners:
+        first = sorted(a.owners)[0]
+        probes.append(("admit(existing owner)", lambda: a.admit(first, {low: 1})))
+    if a.users:
+        user = sorted(a.users)[0]
+        probes.append(("acquire(live user)", lambda: a.acquire(user, UserKind.NET_SEND, [])))
+    if owner is not None:
+        held = a.owners[owner]
+        cls = next(c for c in a.order if held.get(c))
+        v = next(iter(held[cls]))
+        probes += [
+            ("drop(held + unbound)", lambda: a.drop(owner, [v, -1])),
+            ("drop(repeated id)", lambda: a.drop(owner, [v, v])),
+            ("slide(one too many)", lambda: a.slide(owner, cls, len(held[cls]) + 1)),
+            ("share(bound + unbound)", lambda: a.share(PROBE, [v, -1])),
+            ("acquire(bound + unbound)", lambda: a.acquire(PROBE, UserKind.FORWARD_WRITE, [v, -1])),
+            ("write(bad entry)", lambda: a.write(v, -1, 0, 1)),
+        ]
+        last = next(((o, u) for o in sorted(a.owners) for c in a.order for u in a.owners[o][c]
+                     if a.refs[u] == 1), None)
+        if last is not None and PLAN_PROBES:  # a free whose free-time plan is refused: the page must stay bound
+            probes.append(("drop(last reference) + refused free-time plan",
+                           lambda: _with_policy(a, _RefusingPolicy(low), lambda: a.drop(last[0], [last[1]]))))
+    short = a.free_bytes() // a.bands[high].page_bytes + 1  # more pages than are free: refused by any planner
+    if short <= a.bands[high].top and PLAN_PROBES:  # (a plain rejection is the machine's own check)
+        probes.append(("admit + refused plan",
+                       lambda: _with_policy(a, _RefusingPolicy(low), lambda: a.admit(PROBE, {high: short}))))
+    return probes
+
+
+def _with_policy(a: Arena, policy: object, call: Callable[[], object]) -> object:
+    kept = a.policy
+    a.policy = policy  # type: ignore[assignment]
+    try:
+        return call()
+    finally:
+        a.policy = kept
+
+
+def _stats(a: Arena) -> tuple:
+    s = a.stats
+    return s.admitted, s.pages_placed, *s.moves.values(), *s.bytes_moved.values(), *s.rung_used.values()
+
+
+def _census(a: Arena) -> tuple:
+    """A cheap fingerprint of the state (O(bands)); the full snapshot is compared once, at the end."""
+    return (len(a.v2p), len(a.refs), len(a.owners), len(a.users), len(a.content), a._next_vid, a._next_gen,
+            len(a._free_vids), _stats(a),
+            *((b.lo, b.hi, len(b.live), len(b.holes), len(b.withheld)) for b in a.bands.values()))
+
+
+def check_refusal_is_noop(a: Arena) -> None:
+    """INV-REFUSAL-IS-NOOP: from this state, every refused operation raises an ArenaError and leaves the
+    observable state (``snapshot()`` and the statistics) unchanged: refusals of every kind, each with valid
+    arguments before the bad one, an admission whose plan the validator refuses, and a free whose free-time
+    plan it refuses."""
+    before, census = a.snapshot(), _census(a)
+    for name, call in _refusals(a):
+        try:
+            call()
+        except ArenaError:
+            pass
+        except Exception as e:  # any other exception is an untyped refusal
+            _fail("INV-REFUSAL-IS-NOOP", f"{name} raised {type(e).__name__}: {e}, not a typed ArenaError")
+        else:
+            _fail("INV-REFUSAL-IS-NOOP", f"{name} was not refused; every state must refuse it with an ArenaError")
+        if _census(a) != census:
+            _fail("INV-REFUSAL-IS-NOOP", f"{name} was refused but changed the state: {census} -> {_census(a)}")
+    after = a.snapshot()
+    if after != before:
+        diff = sorted(k for k in before if before[k] != after.get(k))
+        _fail("INV-REFUSAL-IS-NOOP", f"a refused call changed the observable state (fields {diff})")
+
+
 INVARIANTS: dict[str, Callable[[Arena], None]] = {
     "INV-NO-OVERLAP": check_no_overlap,
     "INV-BAND-ORDER": check_band_order,
@@ -195,6 +303,7 @@ INVARIANTS: dict[str, Callable[[Arena], None]] = {
     "INV-VMAP-BIJECTIVE": check_vmap,
     "INV-BYTE-CONSERVATION": check_conservation,
     "INV-FEASIBILITY-FLOOR": check_feasibility_floor,
+    "INV-REFUSAL-IS-NOOP": check_refusal_is_noop,
 }
 
 

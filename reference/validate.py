@@ -26,7 +26,7 @@ RULES: dict[str, str] = {
     "PLAN-MOVE-DEST": "INV-NO-OVERLAP",  # a move's destination is free (a hole, or gap inside a float's target)
     "PLAN-DEST-USERS": "INV-LEDGER-SAFETY",  # a destination has no ledger user (never a withheld slot)
     "PLAN-SPAN": "INV-BAND-ORDER",  # a float's target span keeps every page it still has
-    "PLAN-PLACE-COUNT": "INV-VMAP-BIJECTIVE",  # placements give each class exactly its demand
+    "PLAN-PLACE-COUNT": "INV-VMAP-BIJECTIVE",  # placements give every class exactly its demand (0 if none)
     "PLAN-PLACE-FREE": "INV-LEDGER-SAFETY",  # a placement takes a hole or extends a frontier, never a used slot
     "PLAN-EXTENT": "INV-NO-OVERLAP",  # after the plan, spans stay inside the arena, disjoint, in chain order
 }
@@ -70,7 +70,7 @@ def validate_plan(a: Arena, plan: Plan, demand: Mapping[str, int]) -> None:
     for cls, (t, t_end) in plan.spans.items():
         if cls not in a.bands or cls in ends:
             _fail("PLAN-RUNG", f"target span for {cls!r}, which is not a float band")
-        if plan.rung not in (Rung.RELAYOUT, Rung.NONE) or (plan.rung is Rung.NONE and plan.moves):
+        if plan.rung not in (Rung.RELAYOUT, Rung.NONE):  # (a NONE plan with moves failed above)
             _fail("PLAN-RUNG", f"a float target span in a rung-{int(plan.rung)} plan")
         if not 0 <= t <= t_end <= a.bands[cls].top:
             _fail("PLAN-EXTENT", f"target span [{t}, {t_end}) of {cls!r} leaves its grid [0, {a.bands[cls].top})")
@@ -109,21 +109,21 @@ def validate_plan(a: Arena, plan: Plan, demand: Mapping[str, int]) -> None:
         lo, hi = _absorbed(ov, a.bands[cls])
         ov.spans[cls] = (lo, hi)
 
-    for cls, n in demand.items():
-        if len(plan.placements.get(cls, ())) != n:
-            _fail("PLAN-PLACE-COUNT", f"places {len(plan.placements.get(cls, ()))} {cls!r} pages for a demand of {n}")
-    for cls, slots in plan.placements.items():
+    for cls in plan.placements:
         if cls not in a.bands:
             _fail("PLAN-PLACE-COUNT", f"placements for unknown class {cls!r}")
+    for cls in (*demand, *(c for c in plan.placements if c not in demand)):  # every class, demanded or not
+        got, want = len(plan.placements.get(cls, ())), demand.get(cls, 0)
+        if got != want:
+            _fail("PLAN-PLACE-COUNT", f"places {got} {cls!r} pages for a demand of {want}")
+    for cls, slots in plan.placements.items():
         if len(set(slots)) != len(slots):
             _fail("PLAN-PLACE-FREE", f"places {cls!r} twice on one slot")
-        for s in slots:
+        for s in slots:  # (distinct slots: a placed slot is not read again)
             state = ov.get(cls, s)
-            if state == "hole" and not ov.used(cls, s):
-                ov.state[(cls, s)] = "live"
-            elif state == "gap":
+            if state == "gap":
                 _extend(ov, a.bands[cls], s)
-            else:
+            elif state != "hole" or ov.used(cls, s):
                 _fail("PLAN-PLACE-FREE", f"places a new {cls!r} page on slot {s}, which is {state}")
     _check_extents(a, ov)
 
@@ -153,7 +153,6 @@ def _extend(ov: _Overlay, band: Band, slot: int) -> None:
     else:
         _fail("PLAN-PLACE-FREE", f"places {band.name}:{slot} in the gap but not next to the band's frontier "
                                  f"[{lo}, {hi})")
-    ov.state[(band.name, slot)] = "live"
 
 
 def _check_extents(a: Arena, ov: _Overlay) -> None:

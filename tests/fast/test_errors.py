@@ -26,6 +26,7 @@ import pytest
 
 from kvarena.reference.arena import Arena
 from kvarena.reference.invariants import check_all
+from kvarena.reference.policy import Ladder
 from kvarena.reference.split import SplitPools
 from kvarena.spec.errors import (
     ERROR_CODES,
@@ -47,7 +48,8 @@ from kvarena.spec.errors import (
 )
 from kvarena.spec.layout import Kind, Row, StateClass
 from kvarena.spec.models import ArenaConfig, ModelSpec, mha_rows, preset
-from kvarena.spec.types import UserKind
+from kvarena.spec.types import Move, Plan, Rung, UserKind
+from tests.quality.unsafe_policies import FillsWithheldHole
 
 CAP = 4096
 PS = 4
@@ -115,6 +117,46 @@ def full_arena(cls: type[Arena] = Arena, capacity: int = CAP) -> tuple[Arena, di
     free_full = a.bands["full"].hi - a.bands["full"].lo if cls is SplitPools else a.bands["full"].top
     ctx["too_much"] = {"full": free_full}  # valid (fits the grid) but more than is free
     return a, ctx
+
+
+class MovingReuseHook(Ladder):
+    """A free-time hook whose plan breaks PLAN-RUNG (a rung-1 plan that moves a page)."""
+
+    name = "bad-free-hook"
+
+    def after_free(self, arena: Arena) -> Plan | None:
+        high = arena.bands[arena.order[-1]]
+        return Plan(Rung.REUSE, (Move(high.name, max(high.live), high.lo - 1),))
+
+
+class PlacingHook(Ladder):
+    """A free-time hook that places a page (nobody asked for it: it would leak)."""
+
+    name = "placing-free-hook"
+
+    def after_free(self, arena: Arena) -> Plan | None:
+        high = arena.bands[arena.order[-1]]
+        return Plan(Rung.NONE, placements={high.name: (high.lo - 1,)})
+
+
+class ExtraClassPlan(Ladder):
+    """An admission plan that also places a class the demand does not name."""
+
+    name = "extra-class"
+
+    def plan(self, arena: Arena, demand: dict[str, int]) -> Plan:
+        plan = arena.ladder(demand)
+        low = arena.bands[arena.order[0]]
+        extra = {low.name: (low.hi,)} if low.name not in plan.placements else {}
+        return Plan(plan.rung, plan.moves, {**plan.placements, **extra}, plan.bytes_moved, plan.spans)
+
+
+def busy_with(policy: type[Ladder]) -> Callable[[], World]:
+    def world() -> World:
+        a, ctx = busy()
+        a.policy = policy()
+        return a, ctx
+    return world
 
 
 def tiny_model(*classes: StateClass, name: str = "custom") -> ModelSpec:
@@ -248,6 +290,21 @@ CASES: list[Case] = [
     Case("plan-unknown-class", InvalidArgumentError, lambda a, c: a.plan_admission({"nope": 1})),
     Case("plan-float", InvalidArgumentError, lambda a, c: a.plan_admission({"full": 1.5})),
     Case("plan-over-grid", InvalidArgumentError, lambda a, c: a.plan_admission({"full": 17})),
+    # -- plans the validator refuses: nothing applied, the free included ---------------------
+    Case("drop-free-time-plan-refused", PlanError, lambda a, c: a.drop("r", [c["f"][3]]),
+         world=busy_with(MovingReuseHook)),
+    Case("slide-free-time-plan-refused", PlanError, lambda a, c: a.slide("r", "window", 1),
+         world=busy_with(MovingReuseHook)),
+    Case("free-free-time-plan-refused", PlanError, lambda a, c: a.free("r"), world=busy_with(MovingReuseHook)),
+    Case("free-time-plan-places", PlanError, lambda a, c: a.drop("r", [c["f"][3]]), world=busy_with(PlacingHook)),
+    Case("split-free-time-plan-refused", PlanError, lambda a, c: a.free("r"),
+         world=lambda: (lambda w: (setattr(w[0], "policy", MovingReuseHook()), w)[1])(busy_split())),
+    Case("admit-plan-fills-withheld", PlanError, lambda a, c: a.admit("n", {"full": 1}),
+         world=busy_with(FillsWithheldHole)),
+    Case("extend-plan-fills-withheld", PlanError, lambda a, c: a.extend("r", {"full": 1}),
+         world=busy_with(FillsWithheldHole)),
+    Case("admit-plan-extra-class", PlanError, lambda a, c: a.admit("n", {"full": 1}),
+         world=busy_with(ExtraClassPlan)),
     # -- admission rejected -------------------------------------------------------------------
     Case("admit-rejected", AdmissionRejectedError, lambda a, c: a.admit("n", c["too_much"]),
          world=full_arena),
@@ -379,7 +436,7 @@ def test_error_message_is_actionable(case: Case) -> None:
 def test_every_error_code_is_raised() -> None:
     """Each concrete class in ERROR_CODES has at least one passing (non-bug) case in CASES."""
     abstract = {ArenaError, ConfigError, UnknownUserError}
-    excluded = abstract | {PlanError}  # PlanError: validator arrives with the policy issue
+    excluded = abstract
     covered = {c.exc for c in CASES if c.bug is None}
     missing = sorted(code for code, cls in ERROR_CODES.items() if cls not in excluded and cls not in covered)
     assert not missing, f"no test raises {missing}"

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import pytest
 
-from kvarena.reference.arena import Arena
+from kvarena.reference.arena import Arena, User
 from kvarena.reference.invariants import (
     INVARIANTS,
     check_all,
@@ -23,10 +23,11 @@ from kvarena.reference.invariants import (
     check_ledger,
     check_no_overlap,
     check_page_atomic,
+    check_refusal_is_noop,
     check_vmap,
 )
 from kvarena.reference.split import SplitPools
-from kvarena.spec.errors import InvariantViolation
+from kvarena.spec.errors import InvalidArgumentError, InvariantViolation
 from kvarena.spec.models import PRESETS, ArenaConfig, GiB, preset, worst_case_demand
 from kvarena.spec.types import UserKind
 
@@ -38,7 +39,7 @@ def make(model: str = "toy-tri", cls: type[Arena] = Arena, capacity: int = CAP) 
     return cls(ArenaConfig(preset(model), capacity=capacity, page_size=PS, max_context_len=16))
 
 
-def populated(cls: type[Arena] = Arena, capacity: int = CAP) -> tuple[Arena, dict]:
+def populated(cls: type[Arena] = Arena, capacity: int = CAP, check: bool = True) -> tuple[Arena, dict]:
     """A valid arena with pages in every band, an interior hole, a reader, a writer, a withheld
     slot, a shared page and written content."""
     a = make(cls=cls, capacity=capacity)
@@ -51,7 +52,8 @@ def populated(cls: type[Arena] = Arena, capacity: int = CAP) -> tuple[Arena, dic
     a.drop("r", [r["full"][3]])  # withheld: freed while sent
     a.write(r["full"][0], 1, 2, 11)
     a.write(r["state"][0], 0, 1, 12)
-    check_all(a)
+    if check:
+        check_all(a)
     return a, r
 
 
@@ -65,7 +67,8 @@ def expect(check: Callable[[Arena], None], a: Arena, inv: str, match: str | None
 
 def test_invariant_ids() -> None:
     assert list(INVARIANTS) == ["INV-NO-OVERLAP", "INV-BAND-ORDER", "INV-LEDGER-SAFETY", "INV-PAGE-ATOMIC",
-                                "INV-VMAP-BIJECTIVE", "INV-BYTE-CONSERVATION", "INV-FEASIBILITY-FLOOR"]
+                                "INV-VMAP-BIJECTIVE", "INV-BYTE-CONSERVATION", "INV-FEASIBILITY-FLOOR",
+                                "INV-REFUSAL-IS-NOOP"]
 
 
 def test_no_overlap_detects() -> None:
@@ -223,6 +226,91 @@ def test_feasibility_floor_detects() -> None:
     need = worst_case_demand(s.config)["full"]
     full.lo = full.hi - (need - 1)  # the fixed full pool shrinks below one request
     expect(check_feasibility_floor, s, "INV-FEASIBILITY-FLOOR")
+
+
+# =============================================================================================
+# INV-REFUSAL-IS-NOOP: the predicate runs refusals, so the corruptions are arenas with a buggy operation
+
+
+class FreeThenRefuse(Arena):
+    """The free applies, then the free-time plan is refused without restoring it (the bug of issue 12)."""
+
+    def _rollback(self, undo: tuple) -> None:
+        pass
+
+
+class DropsBeforeChecking(Arena):
+    """drop lets go of the pages it can find, then checks the rest (a half-applied refusal)."""
+
+    def drop(self, owner: str, vids):  # type: ignore[override]
+        held = self._owner(owner)
+        if any(v not in self.v2p for v in vids):
+            for v in vids:
+                if v in self.v2p:
+                    held[self.v2p[v][0]].pop(v, None)
+        return super().drop(owner, vids)
+
+
+class AcquiresBeforeChecking(Arena):
+    """acquire records the user, then validates the ids."""
+
+    def acquire(self, user, kind, vids) -> None:  # type: ignore[override]
+        if user not in self.users:
+            self.users[user] = User(kind, ())  # recorded before the ids are checked
+            if all(v in self.v2p for v in vids):
+                del self.users[user]
+        super().acquire(user, kind, vids)
+
+
+class SlideAccepted(Arena):
+    """slide of more pages than held drops what there is instead of refusing."""
+
+    def slide(self, owner: str, cls: str, n: int) -> list[int]:
+        return super().slide(owner, cls, min(n, len(self.owners[owner][cls])) if cls in self.bands else n)
+
+
+class UntypedWrite(Arena):
+    """write's bad index escapes as an IndexError, not an ArenaError."""
+
+    def write(self, vid: int, entry: int, row: int, tag: int) -> None:
+        if entry < 0:
+            raise IndexError("entry")
+        super().write(vid, entry, row, tag)
+
+
+class PlanNotValidated(Arena):
+    """admit applies the policy's plan without validating it."""
+
+    def _plan_admission(self, demand: dict[str, int]):  # type: ignore[override]
+        return self.policy.plan(self, demand) if demand else super()._plan_admission(demand)
+
+
+@pytest.mark.parametrize("cls, match", [
+    (FreeThenRefuse, "refused free-time plan was refused but changed the state"),
+    (DropsBeforeChecking, r"changed the observable state \(fields \['owners'\]\)"),
+    (AcquiresBeforeChecking, r"acquire\(bound \+ unbound\) was refused but changed the state"),
+    (SlideAccepted, r"slide\(one too many\) was not refused"),
+    (UntypedWrite, "write\\(bad entry\\) raised IndexError"),
+    (PlanNotValidated, "admit \\+ refused plan"),
+])
+def test_refusal_is_noop_detects(cls: type[Arena], match: str) -> None:
+    """INV-REFUSAL-IS-NOOP: a raised ArenaError leaves the observable state unchanged."""
+    good, _r = populated()
+    check_refusal_is_noop(good)
+    bad, _r = populated(cls, check=False)
+    expect(check_refusal_is_noop, bad, "INV-REFUSAL-IS-NOOP", match)
+
+
+def test_refusal_probes_leave_the_state_bit_identical() -> None:
+    """The probes themselves change nothing, not even what the snapshot leaves out (pickle)."""
+    import pickle
+
+    for a in (populated()[0], populated(SplitPools, 16384)[0], make()):
+        before = pickle.dumps(a)
+        check_refusal_is_noop(a)
+        assert pickle.dumps(a) == before
+    with pytest.raises(InvalidArgumentError):
+        populated()[0].slide("r", "full", 99)
 
 
 # =============================================================================================

@@ -9,7 +9,7 @@ from hypothesis.stateful import run_state_machine_as_test
 from kvarena.conformance.machine import machine_for
 from kvarena.reference.arena import Arena
 from kvarena.reference.invariants import check_all
-from kvarena.reference.policy import POLICIES
+from kvarena.reference.policy import POLICIES, Ladder
 from kvarena.reference.validate import RULES, validate_plan
 from kvarena.spec.errors import AdmissionRejectedError, PlanError
 from kvarena.spec.models import ArenaConfig, preset
@@ -114,3 +114,46 @@ def test_no_relayout_policy_never_relayouts() -> None:
     assert norelay.stats.rung_used[3] == 0
     check_all(ladder)
     check_all(norelay)
+
+
+class _CrashingHook(Ladder):
+    """A free-time hook that fails with a bug of its own (not a PlanError)."""
+
+    name = "crashing-hook"
+
+    def after_free(self, arena: Arena) -> Plan | None:
+        raise RuntimeError("policy bug")
+
+
+@pytest.mark.parametrize("free", ["drop", "slide", "free"])
+def test_a_free_and_its_free_time_plan_commit_together(free: str) -> None:
+    """Whatever stops the free-time plan (the validator, or the policy itself) undoes the free: bit-identical."""
+    a = toy(policy=_CrashingHook())
+    r = a.admit("r", {"full": 3, "window": 2, "state": 2})
+    a.share("cache", [r.pages["full"][0]])
+    a.acquire("rd", UserKind.NET_SEND, [r.pages["full"][1]])
+    before, snap = pickle.dumps(a), a.snapshot()
+    call = {"drop": lambda: a.drop("r", [r.pages["full"][1], r.pages["full"][2]]),
+            "slide": lambda: a.slide("r", "window", 2), "free": lambda: a.free("r")}[free]
+    with pytest.raises(RuntimeError, match="policy bug"):
+        call()
+    assert a.snapshot() == snap and pickle.dumps(a) == before
+    check_all(a)
+    a.policy = Ladder()  # the same call with a hook that plans nothing goes through
+    call()
+    check_all(a)
+
+
+def test_the_ladder_hook_costs_no_checkpoint() -> None:
+    """The default policy's hook plans nothing, so a free takes no copy of the state (O(pages freed))."""
+    a = toy()
+    r = a.admit("r", {"full": 3})
+    v2p = a.v2p
+    a.drop("r", [r.pages["full"][0]])
+    assert a.v2p is v2p  # worked in place, not on a checkpoint's copy
+    b = toy(policy=POLICIES["eager-compaction"]())
+    r = b.admit("r", {"full": 3})
+    v2p = b.v2p
+    b.drop("r", [r.pages["full"][0]])
+    assert b.v2p is not v2p  # a free followed by a hook ran on a copy (kept, as the plan was valid)
+    check_all(b)

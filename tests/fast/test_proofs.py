@@ -36,7 +36,8 @@ def test_every_obligation_proven(obligations: list[H.Obligation]) -> None:
 
 def test_table_covers_every_id_and_transition(obligations: list[H.Obligation]) -> None:
     have = {(ob.inv, ob.transition) for ob in obligations}
-    assert have == {(inv, t) for inv in INVARIANTS for t in TRANSITION_NAMES}
+    assert have == {(inv, t) for inv in INVARIANTS if inv not in H.NOT_MODELLED for t in TRANSITION_NAMES}
+    assert set(H.NOT_MODELLED) <= set(INVARIANTS) and all(len(why) > 80 for why in H.NOT_MODELLED.values())
     for ob in obligations:
         assert ob.mutants or ob.no_mutant, f"{ob.name}: neither a mutant nor a documented reason for none"
 

@@ -65,7 +65,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("double-free-accepted", arena_mod,
            "        if missing:\n            raise DoubleFreeError",
            "        if False:\n            raise DoubleFreeError",
-           ("ERROR-CONTRACT", "INV-VMAP-BIJECTIVE"),
+           ("ERROR-CONTRACT", "INV-VMAP-BIJECTIVE", "INV-REFUSAL-IS-NOOP"),
            "dropping a page the owner does not hold is accepted and decrements another owner's count",
            also=(("            del held[self.v2p[v][0]][v]", "            held[self.v2p[v][0]].pop(v, None)"),)),
     Mutant("withheld-freed-by-first-release", arena_mod,
@@ -79,6 +79,29 @@ MUTANTS: tuple[Mutant, ...] = (
            ("INV-LEDGER-SAFETY", "INV-NO-OVERLAP", "INV-BAND-ORDER"),
            "relayout moves float pages that a ledger user holds (a reader's withheld slot ends up outside "
            "the float's span)"),
+)
+
+
+# Bugs in the order of an operation's checks and writes: a refusal that changes the state. Only a refusal
+# catches them (the machine's INV-REFUSAL-IS-NOOP probes, which also plant a policy whose plans are refused),
+# so they are not run through the lockstep and the vectors, which drive the default policy's successes.
+REFUSAL_MUTANTS: tuple[Mutant, ...] = (
+    Mutant("free-time-plan-not-undone", arena_mod,
+           "                self._rollback(undo)\n                raise",
+           "                raise",
+           ("INV-REFUSAL-IS-NOOP",),
+           "a refused free-time plan raises PlanError with the free already applied (the page is gone)"),
+    Mutant("free-time-plan-unvalidated", arena_mod,
+           "                    validate_plan(self, after, {})  # a free-time plan places nothing",
+           "                    pass",
+           ("INV-REFUSAL-IS-NOOP",),
+           "the policy's free-time plan is applied without the validator"),
+    Mutant("share-registers-before-checking", arena_mod,
+           "        vids = self._check_vids(vids, f\"share({owner!r})\")\n        held = self.owners.get(owner)",
+           "        self.owners.setdefault(owner, {c: {} for c in self.order})\n"
+           "        vids = self._check_vids(vids, f\"share({owner!r})\")\n        held = self.owners.get(owner)",
+           ("INV-REFUSAL-IS-NOOP",),
+           "share creates the new owner, then refuses an unbound id: an empty owner is left behind"),
 )
 
 

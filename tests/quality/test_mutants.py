@@ -15,9 +15,10 @@ from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from kvarena.conformance.machine import machine_for
+from kvarena.reference import invariants
 from kvarena.reference.invariants import INVARIANTS
 from kvarena.spec.errors import PlanError
-from tests.quality.mutants import MUTANTS, applied, mutate
+from tests.quality.mutants import MUTANTS, REFUSAL_MUTANTS, applied, mutate
 
 # Shrinking is for humans reading a report; a kill only needs the first failure.
 KILL_PHASES = [Phase.explicit, Phase.reuse, Phase.generate]
@@ -43,7 +44,8 @@ def test_machine_kills_mutant(mutant, validator: str) -> None:
     with applied(mutant) as factory:
         home = sys.modules[factory.__module__]  # the mutant's own copy of the arena module, or the real one
         check = home.validate_plan if validator == "on" else (lambda *a: None)
-        with mock.patch.object(home, "validate_plan", check):
+        with mock.patch.object(home, "validate_plan", check), \
+                mock.patch.object(invariants, "PLAN_PROBES", validator == "on"):
             err = _run_killed(mutant, factory)
     # The kill must come from a check, not from the mutant crashing the harness itself.
     assert isinstance(err, (AssertionError, PlanError)), f"{mutant.name} crashed instead of failing a check: {err!r}"
@@ -52,16 +54,27 @@ def test_machine_kills_mutant(mutant, validator: str) -> None:
         assert inv in mutant.violates, f"{mutant.name} was caught by {inv}, expected one of {mutant.violates}"
 
 
+@pytest.mark.quality
+@pytest.mark.parametrize("mutant", REFUSAL_MUTANTS, ids=[m.name for m in REFUSAL_MUTANTS])
+def test_machine_kills_refusal_mutant(mutant) -> None:
+    """A refusal that changes the state is caught by INV-REFUSAL-IS-NOOP (with the validator on: it is part of
+    the refusal; the unmutated arena passes the same machine in tests/fast/test_machine.py)."""
+    with applied(mutant) as factory:
+        err = _run_killed(mutant, factory)
+    assert isinstance(err, AssertionError), f"{mutant.name} crashed instead of failing a check: {err!r}"
+    assert getattr(err, "inv", None) == "INV-REFUSAL-IS-NOOP", f"{mutant.name} was caught by {err!r}"
+
+
 def test_mutants_cover_required_bugs() -> None:
     required = {"overlap", "band-crossing", "reuse-withheld", "move-page-with-writer", "partial-layer",
                 "stale-v2p", "double-free"}
     names = " ".join(m.name for m in MUTANTS)
     assert all(r in names for r in required), sorted(r for r in required if r not in names)
-    for m in MUTANTS:
+    for m in MUTANTS + REFUSAL_MUTANTS:
         assert set(m.violates) <= set(INVARIANTS) | {"ERROR-CONTRACT"}, m.name
 
 
-@pytest.mark.parametrize("mutant", MUTANTS, ids=[m.name for m in MUTANTS])
+@pytest.mark.parametrize("mutant", MUTANTS + REFUSAL_MUTANTS, ids=[m.name for m in MUTANTS + REFUSAL_MUTANTS])
 def test_mutant_snippet_still_present(mutant) -> None:
     """A refactor that removes a mutant's snippet must update the mutant, not retire it silently."""
     mutate(mutant)
