@@ -1,27 +1,12 @@
 """SGLang's own CPU unit tests for its unified allocator, ported as vectors (conformance/vectors/sglang-unit-*.jsonl).
 
-Each script replays the scenarios of one SGLang test file (or one coherent group of its test classes) on a toy
-model and asserts, on the reference, the outcome SGLang's test expects wherever kvarena's contract shares it.
-Where the contract deliberately differs, the script records what kvarena does instead and
-docs/sglang-unit-ports.md names the SGLang test, its expectation, kvarena's rule and the reason.
-
-The SGLang tests were read from sgl-project/sglang, test/registered/unit/mem_cache/ (commits in
-docs/sglang-unit-ports.md); their operations map onto kvarena's as follows:
-
-| SGLang | kvarena |
-|---|---|
-| ``alloc(n)`` on one sub-pool / a composite | ``admit`` of a new owner (one class / several classes at once) |
-| ``free(v)`` of a request's ids | ``free`` (all its pages) or ``drop`` (some) |
-| ``free_swa(v)`` (window tombstones, full kept) | ``slide(owner, "window", n)`` |
-| ``retain`` / a second reference | ``share`` with a second owner |
-| ``_flush`` / ``flush_opportunistic`` (move cap) | ``compact(max_moves)`` |
-| ``make_room`` of the float | ``relayout(demand)`` |
-| the fake kvcache's data markers | ``write`` tags, ``read`` back after every move |
-| an in-flight forward's write set / latest event | a ``forward_write`` / ``forward_read`` ledger user |
-| ``alloc`` returning ``None`` | ``AdmissionRejected``, the state unchanged |
-
-Ids are pages, not tokens (SGLang's tests run at page size 1 or 8); each script keeps one recurrent slot per
-request.  Helpers come from scenarios.py, imported when a script runs (scenarios.py imports this module).
+Each script replays the scenarios of one SGLang test file (or one coherent group of its test classes,
+test/registered/unit/mem_cache/ in sgl-project/sglang) on a toy model, and asserts on the reference the outcome
+SGLang's test expects wherever kvarena's contract shares it.  docs/sglang-unit-ports.md has the operation mapping
+(``alloc`` -> admit, ``free_swa`` -> slide, ``retain`` -> share, ``_flush`` -> compact, ``make_room`` -> relayout,
+data markers -> write/read), the commits read, and a table of every expectation the contract deliberately does not
+share, with the vector step that shows kvarena's behaviour.  Ids are pages; every request holds one recurrent slot.
+Helpers come from scenarios.py, imported when a script runs (scenarios.py imports this module for VECTORS).
 """
 
 from __future__ import annotations
@@ -57,12 +42,13 @@ def admit(c: Conductor, prefix: str, demand: dict[str, int], rung: int | None = 
     return owner, ok(c, f"admit {owner} {demand}", "admit", rung=rung, owner=owner, demand=demand, shared=[])
 
 
-def mark(c: Conductor, h: int) -> None:
-    """SGLang's data marker: a tag in the first and the last row of the page (both must follow every move)."""
-    cls = c.oracle.cls_of(h)
-    for entry, row in {(0, 0), (c.geo.entries[cls] - 1, c.geo.rows[cls] - 1)}:
-        c.serial += 1
-        ok(c, f"write {h}", "write", page=h, entry=entry, row=row, tag=c.serial)
+def mark(c: Conductor, *pages: int) -> None:
+    """SGLang's data marker: a tag in the first and the last row of each page (both must follow every move)."""
+    for h in pages:
+        cls = c.oracle.cls_of(h)
+        for entry, row in {(0, 0), (c.geo.entries[cls] - 1, c.geo.rows[cls] - 1)}:
+            c.serial += 1
+            ok(c, f"write {h}", "write", page=h, entry=entry, row=row, tag=c.serial)
 
 
 def span(c: Conductor, cls: str) -> tuple[int, int]:
@@ -101,6 +87,12 @@ def largest(c: Conductor, classes: tuple[str, ...], top: int) -> int:
     return 0
 
 
+def free_all(c: Conductor, owners: Any = None) -> None:
+    """Free ``owners`` in order (default: every owner)."""
+    for o in list(c.oracle.owners() if owners is None else owners):
+        ok(c, f"free {o}", "free", owner=o)
+
+
 def pad(c: Conductor, rng: random.Random, at_least: int, weights: dict[str, int] | None = None) -> None:
     """A short random walk so the file has at least ``at_least`` steps, then read back every written row."""
     if c.nstep < at_least:
@@ -118,8 +110,7 @@ def multi_ended(c: Conductor, rng: random.Random) -> None:
     _, a = admit(c, "a", {"full": 2})
     b_owner, _b = admit(c, "b", {"full": 3})
     _, cc = admit(c, "c", {"full": 1})
-    for h in S.flat(a) + S.flat(cc):
-        mark(c, h)
+    mark(c, *(S.flat(a) + S.flat(cc)))
     ok(c, "free the middle batch", "free", owner=b_owner)
     check(len(holes(c, "full")) == 3, "the middle batch leaves 3 holes")
     plan = ok(c, "compact: the boundary page moves into a hole", "compact", max_moves=None).plan or {}
@@ -137,8 +128,7 @@ def multi_ended(c: Conductor, rng: random.Random) -> None:
     ok(c, "free the interior state slot", "free", owner=state_owners[1][0])
     ok(c, "compact the low end", "compact", max_moves=None)
     S.readback(c)
-    for o, _e in (state_owners[0], state_owners[2]):
-        ok(c, f"free {o}", "free", owner=o)
+    free_all(c, [o for o, _e in (state_owners[0], state_owners[2])])
     check(span(c, "state")[0] == span(c, "state")[1], "the low end is empty again")
     # test_byte_frontier_coordination: the other end's growth shrinks this end's room; alloc(available+1) fails
     alone = largest(c, ("full",), c.geo.top["full"])
@@ -147,8 +137,7 @@ def multi_ended(c: Conductor, rng: random.Random) -> None:
     check(beside < alone, "state slots shrink the full end's room")
     refused(c, "AdmissionRejected", "one page more than fits", "admit", owner="over", demand={"full": beside + 1},
             shared=[])
-    for o in peers:
-        ok(c, f"free {o}", "free", owner=o)
+    free_all(c, peers)
     # TestPagedMultiEndedAllocator::test_paged_compaction_relocates_whole_pages: every row of a page moves with it
     pa, pb, pc = (admit(c, "p", {"full": 1}) for _ in range(3))
     for _o, e in (pa, pb, pc):
@@ -156,8 +145,7 @@ def multi_ended(c: Conductor, rng: random.Random) -> None:
     ok(c, "free the middle page", "free", owner=pb[0])
     ok(c, "compact", "compact", max_moves=None)
     S.readback(c)
-    for o, _e in (pa, pc):
-        ok(c, f"free {o}", "free", owner=o)
+    free_all(c, [o for o, _e in (pa, pc)])
     # test_double_free_raises (SGLang: AssertionError on the eager END); kvarena: typed, state unchanged
     d_owner, _d = admit(c, "d", {"full": 3})
     ok(c, "free d", "free", owner=d_owner)
@@ -186,8 +174,7 @@ def multi_ended(c: Conductor, rng: random.Random) -> None:
             ok(c, "compact", "compact", max_moves=None)
     S.readback(c)
     for pool in live_owners.values():
-        for o in pool:
-            ok(c, f"drain {o}", "free", owner=o)
+        free_all(c, pool)
     ok(c, "compact the drained arena", "compact", max_moves=None)
     check(all(lo == hi for lo, hi in c.oracle.snapshot().spans.values()), "drained: every band is empty")
 
@@ -202,6 +189,8 @@ def lazy_compaction(c: Conductor, rng: random.Random) -> None:
     o, a = admit(c, "a", {"full": 5})
     v = a.pages["full"]
     ok(c, "drop the middle page", "drop", owner=o, pages=[v[2]])
+    refused(c, "DoubleFree", "drop it again (SGLang's lazy END accepts it: finding 1)", "drop", owner=o,
+            pages=[{"dead": v[2]}])
     ok(c, "drop the topmost page", "drop", owner=o, pages=[v[4]])
     ok(c, "drop the next one", "drop", owner=o, pages=[v[3]])
     check(span(c, "full")[1] - span(c, "full")[0] == 2 and not holes(c, "full"), "boundary holes absorbed")
@@ -216,8 +205,7 @@ def lazy_compaction(c: Conductor, rng: random.Random) -> None:
     check(span(c, "full") == before and not holes(c, "full"), "both holes reused, frontier unchanged")
     admit(c, "h", {"full": 1}, rung=1)
     check(span(c, "full")[0] == before[0] - 1, "the next page extends the frontier")
-    for owner in [x for x in c.oracle.owners()]:
-        ok(c, f"free {owner}", "free", owner=owner)
+    free_all(c)
     # test_lazy_available_size_includes_holes: holes stay available; only the 2 live pages are subtracted
     room = largest(c, ("full",), c.geo.top["full"])
     o, a = admit(c, "a", {"full": 5})
@@ -227,8 +215,7 @@ def lazy_compaction(c: Conductor, rng: random.Random) -> None:
     ok(c, "free a", "free", owner=o)
     # test_lazy_flush_compacts_holes_into_gap: a survivor moves into the hole, the frontier retreats
     o, a = admit(c, "a", {"full": 5})
-    for h in a.pages["full"]:
-        mark(c, h)
+    mark(c, *a.pages["full"])
     ok(c, "drop a low page", "drop", owner=o, pages=[a.pages["full"][1]])
     before = span(c, "full")
     plan = ok(c, "compact", "compact", max_moves=None).plan or {}
@@ -237,8 +224,7 @@ def lazy_compaction(c: Conductor, rng: random.Random) -> None:
     ok(c, "free a", "free", owner=o)
     # test_lazy_flush_gathers_survivor_mappings_as_one_batch: 12 pages, 4 interior freed, 4 moves
     o, a = admit(c, "a", {"full": 12})
-    for h in a.pages["full"]:
-        mark(c, h)
+    mark(c, *a.pages["full"])
     ok(c, "drop four interior pages", "drop", owner=o, pages=a.pages["full"][1:5])
     plan = ok(c, "compact", "compact", max_moves=None).plan or {}
     check(len(plan["moves"]) == 4, "four moves")
@@ -269,8 +255,7 @@ def lazy_compaction(c: Conductor, rng: random.Random) -> None:
     ok(c, "the forward finishes", "release", user="fwd")
     check(not c.oracle.snapshot().withheld.get("full"), "released: no longer withheld")
     S.readback(c)
-    for owner in list(c.oracle.owners()):
-        ok(c, f"free {owner}", "free", owner=owner)
+    free_all(c)
     # test_lazy_retract_churn_no_ghost: churn with partial flushes (move cap 2, and 0: SGLang moves one page
     # at a cap of 0, finding 5), then drain to quiescence: the arena must end empty
     owners: list[str] = []
@@ -287,8 +272,7 @@ def lazy_compaction(c: Conductor, rng: random.Random) -> None:
             plan = ok(c, f"compact(max_moves={cap})", "compact", max_moves=cap).plan or {}
             check(len(plan["moves"]) <= cap, f"compact({cap}) moved {len(plan['moves'])} pages")
     S.readback(c)
-    for owner in owners:
-        ok(c, f"drain {owner}", "free", owner=owner)
+    free_all(c, owners)
     check(all(lo == hi for lo, hi in c.oracle.snapshot().spans.values()), "drained: every band is empty")
 
 
@@ -316,18 +300,21 @@ def swa_composite(c: Conductor, rng: random.Random) -> None:
     # test_swa_compaction_diverges_physical_layout: a window hole compacts the window band only
     reqs = [admit(c, "q", both) for _ in range(3)]
     for _o, e in reqs:
-        for h in S.flat(e):
-            mark(c, h)
+        mark(c, *S.flat(e))
     full_before = {h: slot(c, h) for _o, e in reqs for h in e.pages["full"]}
     ok(c, "slide the middle request's window page", "slide", owner=reqs[1][0], cls="window", n=1)
     ok(c, "compact", "compact", max_moves=None)
     check(all(slot(c, h) == s for h, s in full_before.items()), "full pages did not move")
     check(not holes(c, "window"), "the window band packed")
     S.readback(c)
-    for o, _e in reqs:
-        ok(c, f"free {o}", "free", owner=o)
+    free_all(c, [o for o, _e in reqs])
     # test_swa_byte_frontier_coordination: the joint budget shrinks; one page over it is refused, unchanged
     joint = largest(c, ("window", "full"), min(c.geo.top.values()))
+    occupant = admit(c, "r", {"window": 1})[0]
+    full_alone = largest(c, ("full",), c.geo.top["full"])
+    refused(c, "AdmissionRejected", "each class fits alone, not together: neither is placed", "admit", owner="pair",
+            demand={"window": 1, "full": full_alone}, shared=[])
+    ok(c, f"free {occupant}", "free", owner=occupant)
     o, _e = admit(c, "r", both)
     check(largest(c, ("window", "full"), joint) < joint, "the joint budget shrank")
     ok(c, f"free {o}", "free", owner=o)
@@ -355,8 +342,7 @@ def swa_composite(c: Conductor, rng: random.Random) -> None:
         if rng.random() < 0.15:
             ok(c, "compact", "compact", max_moves=None)
     S.readback(c)
-    for owner in owners:
-        ok(c, f"drain {owner}", "free", owner=owner)
+    free_all(c, owners)
     check(all(lo == hi for lo, hi in c.oracle.snapshot().spans.values()), "drained: every band is empty")
 
 
@@ -396,20 +382,22 @@ def tri_pool(c: Conductor, rng: random.Random) -> None:
     # test_available_shrinks_as_state_slots_grow: state slots shrink the composite room; freed, it comes back
     slots = [admit(c, "m", {"state": 1})[0] for _ in range(4)]
     check(largest(c, ("window", "full"), joint) <= joint, "state slots do not grow the room")
-    for o in slots:
-        ok(c, f"free {o}", "free", owner=o)
+    free_all(c, slots)
     check(largest(c, ("window", "full"), joint) == joint, "the room is back")
     check(largest(c, ("full",), alone) == alone, "the float parked again: the full end sees through")
     # test_free_swa_holes_recycled_in_place_zero_copy: an interior window page slides out -> a float hole, the
     # full page stays; the next admission reuses the hole in place (rung 1, no moves, span unchanged)
     reqs = [admit(c, "q", both)[0] for _ in range(3)]
     for o in reqs:
-        for h in [h for hs in c.oracle.held(o).values() for h in hs]:
-            mark(c, h)
+        mark(c, *[h for hs in c.oracle.held(o).values() for h in hs])
     before = span(c, "window")
     mid = window_interior(c, reqs)
+    gone = c.oracle.held(mid)["window"][0]
     ok(c, "free_swa an interior block", "slide", owner=mid, cls="window", n=1)
     check(len(c.oracle.held(mid)["full"]) == 1 and len(holes(c, "window")) == 1, "a float hole; full kept")
+    refused(c, "InvalidArgument", "free_swa it again (SGLang's float accepts it: finding 2)", "slide", owner=mid,
+            cls="window", n=1)
+    refused(c, "DoubleFree", "drop the slid page", "drop", owner=mid, pages=[{"dead": gone}])
     e = admit(c, "q", both, rung=1)[1]
     check(not (e.plan or {}).get("moves") and span(c, "window") == before and not holes(c, "window"),
           "the hole was reused in place")
@@ -433,26 +421,22 @@ def tri_pool(c: Conductor, rng: random.Random) -> None:
     ok(c, "compact", "compact", max_moves=None)
     check(holes(c, "window") == kept and kept, "float holes are kept by compaction")
     # test_free_releases_both_sides_and_filters_tombstones: free after free_swa; the emptied float parks
-    for o in list(c.oracle.owners()):
-        ok(c, f"free {o}", "free", owner=o)
+    free_all(c)
     check(span(c, "window")[0] == span(c, "window")[1], "the float is empty")
     S.readback(c)
     # TestGeneralizedRebalance::test_state_end_shortfall_slides_the_float_low: state slots fill the band below
     # the float; one more fits only if the float moves up (rung 3)
     w = admit(c, "w", {"window": 2})[0]
-    for h in c.oracle.held(w)["window"]:
-        mark(c, h)
+    mark(c, *c.oracle.held(w)["window"])
     check(until_rung3(c, "s", {"state": 1}), "a state admission moved the float (rung 3)")
     S.readback(c)
     # TestGeneralizedRebalance::test_index_cap_guard_never_moves_data_uselessly: beyond the grid, refused at once
     refused(c, "InvalidArgument", "more state slots than the grid holds", "admit", owner="huge",
             demand={"state": c.geo.top["state"] + 10}, shared=[])
-    for o in list(c.oracle.owners()):
-        ok(c, f"free {o}", "free", owner=o)
+    free_all(c)
     # test_direction_is_derived_from_growth_on_both_ends: the same from the full (high) end
     w = admit(c, "w", {"window": 2})[0]
-    for h in c.oracle.held(w)["window"]:
-        mark(c, h)
+    mark(c, *c.oracle.held(w)["window"])
     check(until_rung3(c, "f", {"full": 1}), "a full admission moved the float (rung 3)")
     pad(c, rng, 60)
 
@@ -465,16 +449,14 @@ def float_band(c: Conductor, rng: random.Random) -> None:
     S = _s()
     # test_midpoint_initial_placement: the first window pages open the float with a gap on both sides
     o, e = admit(c, "w", {"window": 4})
-    for h in e.pages["window"]:
-        mark(c, h)
+    mark(c, *e.pages["window"])
     lo, hi = span(c, "window")
     check(span(c, "state")[1] < lo and hi < span(c, "full")[0], "a gap on both sides of the float")
     ok(c, "free", "free", owner=o)
     # test_holes_first_reuse_is_zero_copy: an interior block freed -> holes, span unchanged; reused in place
     blocks = [admit(c, "b", {"window": 2})[0] for _ in range(3)]
     for b in blocks:
-        for h in c.oracle.held(b)["window"]:
-            mark(c, h)
+        mark(c, *c.oracle.held(b)["window"])
     before = span(c, "window")
     mid = window_interior(c, blocks)
     ok(c, "free the interior block", "free", owner=mid)
@@ -489,13 +471,11 @@ def float_band(c: Conductor, rng: random.Random) -> None:
     ok(c, "free a boundary block", "free", owner=edge)
     check(span(c, "window")[1] - span(c, "window")[0] == hi - lo - 2 and not holes(c, "window"), "absorbed")
     # test_park_on_empty_restores_transparency: the last block freed -> the float parks, the ends see through
-    for b in list(c.oracle.owners()):
-        ok(c, f"free {b}", "free", owner=b)
+    free_all(c)
     check(span(c, "window")[0] == span(c, "window")[1], "parked")
     # test_extends_toward_larger_gap: the full end takes most of the high gap; the float still grows
     o, e = admit(c, "w", {"window": 2})
-    for h in e.pages["window"]:
-        mark(c, h)
+    mark(c, *e.pages["window"])
     gap_high = span(c, "full")[0] * c.geo.page_bytes["full"] - span(c, "window")[1] * c.geo.page_bytes["window"]
     f = admit(c, "f", {"full": max(1, gap_high // c.geo.page_bytes["full"] - 1)})[0]
     ok(c, "extend the float", "extend", owner=o, demand={"window": 2})
@@ -512,17 +492,25 @@ def float_band(c: Conductor, rng: random.Random) -> None:
     # test_make_room_impossible_leaves_state_unchanged: an impossible relayout is refused, nothing moves
     refused(c, "AdmissionRejected", "relayout that cannot fit", "relayout", demand={"window": c.geo.top["window"]})
     # test_make_room_uses_far_holes_before_far_gap: float holes absorb moved pages
-    for b in list(c.oracle.owners()):
-        ok(c, f"free {b}", "free", owner=b)
+    free_all(c)
     blocks = [admit(c, "b", {"window": 2})[0] for _ in range(3)]
     for b in blocks:
-        for h in c.oracle.held(b)["window"]:
-            mark(c, h)
+        mark(c, *c.oracle.held(b)["window"])
     ok(c, "free the interior block", "free", owner=window_interior(c, blocks))
     gap_high = span(c, "full")[0] * c.geo.page_bytes["full"] - span(c, "window")[1] * c.geo.page_bytes["window"]
+    lo = span(c, "window")[0]
     ok(c, "relayout: room for the full end", "relayout",
        demand={"full": gap_high // c.geo.page_bytes["full"] + 1})
+    check(span(c, "window")[0] == lo and not holes(c, "window"), "the holes took the moved pages; low side kept")
     S.readback(c)
+    # test_float_free_has_no_stale_slot_item_sync (test_unified_tri_pool.py): "callers must not double-free" the
+    # float; SGLang's float accepts it (finding 2), here it is refused and changes nothing
+    b = next(iter(c.oracle.owners()))
+    h = c.oracle.held(b)["window"][0]
+    ok(c, "drop a float page", "drop", owner=b, pages=[h])
+    refused(c, "DoubleFree", "drop it again", "drop", owner=b, pages=[{"dead": h}])
+    ok(c, "free the block", "free", owner=b)
+    refused(c, "UnknownOwner", "free the block again", "free", owner=b)
     pad(c, rng, 60, {"relayout": 6, "squeeze": 4})
 
 
@@ -539,8 +527,7 @@ def token_allocators(c: Conductor, rng: random.Random) -> None:
     check(len(set(slot(c, h) for h in e.pages["full"])) == 4, "four distinct slots")
     o2, e2 = admit(c, "a", {"full": 4})  # test_sequential_allocs_non_overlapping
     check(not {slot(c, h) for h in e.pages["full"]} & {slot(c, h) for h in e2.pages["full"]}, "disjoint")
-    for owner in (o, o2):
-        ok(c, f"free {owner}", "free", owner=owner)
+    free_all(c, (o, o2))
     full = largest(c, ("full",), top)  # test_exact_capacity_succeeds
     o, _e = admit(c, "a", {"full": full})
     refused(c, "AdmissionRejected", "nothing left", "admit", owner="one", demand={"full": 1}, shared=[])
@@ -560,8 +547,7 @@ def token_allocators(c: Conductor, rng: random.Random) -> None:
     ok(c, "free", "free", owner=o)
     # test_allocator_refcount.py::test_token_allocator_retain_delays_reuse / ..._paged_allocator_retain_...
     o, e = admit(c, "r", {"full": 3})
-    for h in e.pages["full"]:
-        mark(c, h)
+    mark(c, *e.pages["full"])
     ok(c, "retain: a second owner", "share", owner=CACHE, pages=e.pages["full"])
     check(ok(c, "first free: nothing is released", "free", owner=o).freed == [], "retained")
     check(largest(c, ("full",), full) == full - 3, "available = capacity - 3")
@@ -597,8 +583,7 @@ def lazy_free(c: Conductor, rng: random.Random) -> None:
     o, _e = admit(c, "a", {"full": 5})
     ok(c, "free", "free", owner=o)
     admit(c, "a", {"full": 5}, rung=1)
-    for owner in list(c.oracle.owners()):
-        ok(c, "free", "free", owner=owner)
+    free_all(c)
     # ::test_multiple_frees_batched_into_one_flush
     a, b = admit(c, "a", {"full": 5})[0], admit(c, "b", {"full": 5})[0]
     ok(c, "free a", "free", owner=a)
@@ -611,8 +596,7 @@ def lazy_free(c: Conductor, rng: random.Random) -> None:
     ok(c, "free the first three", "free", owner=first)
     o, e = admit(c, "a", {"full": 3})
     check(all(0 <= slot(c, h) < c.geo.top["full"] for h in e.pages["full"]), "valid slots")
-    for owner in (o, keep):
-        ok(c, "free", "free", owner=owner)
+    free_all(c, (o, keep))
     # TestAvailableSize::test_available_size_includes_pending / ::test_available_size_after_flush
     o, _e = admit(c, "a", {"full": 4})
     check(largest(c, ("full",), full) == full - 4, "4 fewer")
@@ -636,8 +620,7 @@ def lazy_free(c: Conductor, rng: random.Random) -> None:
     # kvarena's lazy free: a request freed while a forward pass still reads its pages; the slots are withheld
     # (not reused) until the pass is released, then become holes again
     o, e = admit(c, "r", {"full": 3})
-    for h in e.pages["full"]:
-        mark(c, h)
+    mark(c, *e.pages["full"])
     ok(c, "forward pass reads the request", "acquire", user="fwd", kind="forward_read", pages=e.pages["full"])
     slots = {slot(c, h) for h in e.pages["full"]}
     ok(c, "free while in flight", "free", owner=o)
@@ -649,31 +632,36 @@ def lazy_free(c: Conductor, rng: random.Random) -> None:
     pad(c, rng, 60, {"acquire": 6, "release": 6, "free": 5, "moves_under_users": 4})
 
 
+MEM = "sglang test/registered/unit/mem_cache/"
+MULTI = MEM + "test_multi_ended_allocator.py"
+
+
 def unit_vectors() -> tuple[VectorSpec, ...]:
     from kvarena.conformance.scenarios import VectorSpec
 
-    mem = "sglang test/registered/unit/mem_cache/test_multi_ended_allocator.py"
+    def spec(name: str, source: str, model: str, capacity: int, script: Any, seed: int, **kw: Any) -> VectorSpec:
+        return VectorSpec(f"sglang-unit-{name}", source, model, capacity, 2, script, seed=seed, **kw)
+
     return (
-        VectorSpec("sglang-unit-multi-ended", f"{mem}::TestMultiEndedAllocator (test_basic_alloc_free_compaction, "
-                   "test_grow_down_side, test_byte_frontier_coordination, test_double_free_raises, "
-                   "test_slot_zero_sink_invariant_survives_churn, test_randomized) and TestPagedMultiEndedAllocator"
-                   "::test_paged_compaction_relocates_whole_pages", "toy-state", 2624, 2, multi_ended, seed=101),
-        VectorSpec("sglang-unit-lazy-compaction", f"{mem}::TestLazyCompaction (inward walk, holes first, "
-                   "available size, flush, write-set blocker, read race) and TestMultiEndedAllocator"
-                   "::test_lazy_retract_churn_no_ghost", "toy-state", 2624, 2, lazy_compaction, seed=102),
-        VectorSpec("sglang-unit-swa-composite", f"{mem}::TestUnifiedSWATokenToKVPoolAllocator (both peers hold, "
-                   "free_swa, divergent compaction, joint budget, randomized alloc/free/free_swa)", "toy-swa", 4096,
-                   2, swa_composite, seed=103),
-        VectorSpec("sglang-unit-tri-pool", "sglang test/registered/unit/mem_cache/test_unified_tri_pool.py"
-                   "::TestUnifiedTriPool and ::TestGeneralizedRebalance (joint availability, rollback of refused "
-                   "composite admissions, free_swa holes, float rebalance for either end)", "toy-tri", 4096, 2,
-                   tri_pool, seed=104, mamba_full_memory_ratio=0.1),
-        VectorSpec("sglang-unit-float", f"{mem}::TestFloatMultiEndedAllocator (placement, holes-first reuse, "
-                   "boundary absorption, park on empty, make_room)", "toy-tri", 4096, 2, float_band, seed=105),
-        VectorSpec("sglang-unit-token-allocators", "sglang test/registered/unit/mem_cache/test_allocator_cpu.py, "
-                   "test_allocator_refcount.py, test_allocator_page_aligned_free.py (capacity, zero alloc, retain "
-                   "delays reuse, double and duplicate frees)", "toy-state", 2624, 2, token_allocators, seed=106),
-        VectorSpec("sglang-unit-lazy-free", "sglang test/registered/unit/mem_cache/test_allocator_lazy_free.py "
-                   "(pending frees counted as available, reused by the next alloc), and a free while a forward pass "
-                   "still reads the pages", "toy-state", 2624, 2, lazy_free, seed=107),
+        spec("multi-ended", f"{MULTI}::TestMultiEndedAllocator (test_basic_alloc_free_compaction, test_grow_down_side, "
+             "test_byte_frontier_coordination, test_double_free_raises, test_slot_zero_sink_invariant_survives_churn, "
+             "test_randomized), ::TestPagedMultiEndedAllocator::test_paged_compaction_relocates_whole_pages",
+             "toy-state", 2624, multi_ended, 101),
+        spec("lazy-compaction", f"{MULTI}::TestLazyCompaction (inward walk, holes first, available size, flush, "
+             "write-set blocker, read race), ::TestMultiEndedAllocator::test_lazy_retract_churn_no_ghost",
+             "toy-state", 2624, lazy_compaction, 102),
+        spec("swa-composite", f"{MULTI}::TestUnifiedSWATokenToKVPoolAllocator (both peers hold, free_swa, divergent "
+             "compaction, joint budget, randomized alloc/free/free_swa)", "toy-swa", 4096, swa_composite, 103),
+        spec("tri-pool", f"{MEM}test_unified_tri_pool.py::TestUnifiedTriPool and ::TestGeneralizedRebalance (joint "
+             "availability, rollback of refused composite admissions, free_swa holes, float rebalance for either "
+             "end)", "toy-tri", 4096, tri_pool, 104, mamba_full_memory_ratio=0.1),
+        spec("float", f"{MULTI}::TestFloatMultiEndedAllocator (placement, holes-first reuse, boundary absorption, "
+             "park on empty, make_room)", "toy-tri", 4096, float_band, 105),
+        spec("token-allocators", f"{MEM}test_allocator_cpu.py (TestTokenAllocatorAlloc, TestTokenAllocatorFree), "
+             "test_allocator_refcount.py (test_token_allocator_retain_delays_reuse, test_double_free_raises), "
+             "test_allocator_page_aligned_free.py (test_debug_free_rejects_malformed_or_duplicate_page_blocks)",
+             "toy-state", 2624, token_allocators, 106),
+        spec("lazy-free", f"{MEM}test_allocator_lazy_free.py (TestLazyFreeCorrectness, TestAvailableSize, "
+             "TestEdgeCases, TestFreeGroupInterop: pending frees count as available and are reused by the next "
+             "alloc), and a free while a forward pass still reads", "toy-state", 2624, lazy_free, 107),
     )
