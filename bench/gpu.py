@@ -1,6 +1,6 @@
 """kvarena's gpu/ on a CUDA device: build, check against plain torch on fresh random data, then time.
 
-    python bench/gpu.py              # a CUDA device (H200 first): under 5 minutes
+    python bench/gpu.py              # a CUDA device (H200 first): under 10 minutes
     python bench/gpu.py --dry-run    # CPU, Triton's interpreter, tiny sizes: checks this script end to end
 
 1. Checks: every kernel's check() on fresh random data (never zeros) with guard words around its outputs,
@@ -9,7 +9,13 @@
    than their own host overhead): the copy ceiling (one large ``dst.copy_(src)``); page moves of 1 MiB to
    8 GiB against torch index-copy and the ceiling, plus a sweep of the move kernel's block shape; translation
    of up to 16M virtual token ids; batched allocation for 1 to 4,096 requests (decode and extend).
-3. Writes the table to bench/results/gpu-<date>.md (a dry run: gpu-<date>-dry-run.md, marked "not a GPU
+3. The engine sections (bench/gpu_engine.py): a sync audit of every hot-path call
+   (``torch.cuda.set_sync_debug_mode("error")``), a decode step captured as a CUDA graph and replayed against an
+   eager arena, an overlap test (the calls return while a long kernel runs on another stream), the move and zero
+   kernels on every preset's page size (several not a multiple of 16 words), the batched lockstep on the device.
+4. After every section, bench/results/gpu-<date>.json (and $OUT/) holds what was measured so far, so a run cut
+   short keeps it.
+5. Writes the table to bench/results/gpu-<date>.md (a dry run: gpu-<date>-dry-run.md, marked "not a GPU
    measurement", every GPU column "not measured"), copies it to $OUT when that is set, and prints it last.
 
 Bandwidths count bytes read plus bytes written (a move of N bytes is 2N), as the copy ceiling does.
@@ -38,6 +44,8 @@ TARGETS = {  # from the issue "GPU implementation" (H200)
     "move": "≥ 90% of the measured device-to-device copy bandwidth (moves ≥ 256 MiB)",
     "alloc": "≤ 20 µs for 1,024 decode requests (device time of one launch)",
     "translate": "≤ 20 µs for 1M ids (device time of one launch)",
+    "sync": "zero host syncs in admit_batch / extend_batch / free_batch / token_locs / translate_tokens(out=)",
+    "graph": "≤ 20 µs of device time for a 1,024-request decode step replayed as a CUDA graph",
 }
 
 
@@ -80,15 +88,19 @@ class Sizes:
     lockstep_steps: int
     check_scale: int
 
+    batched_examples: int = 10
+    engine_requests: int = 1024
+
     @staticmethod
     def full() -> Sizes:
         return Sizes([MiB, 16 * MiB, 256 * MiB, GiB, 8 * GiB], MiB, 4 * GiB, GiB,
                      [(b, w) for b in (1024, 2048, 4096, 8192) for w in (4, 8, 16)],
-                     [1 << 16, 1 << 20, 1 << 24], [1, 16, 256, 1024, 4096], 30, 400, 8)
+                     [1 << 16, 1 << 20, 1 << 24], [1, 16, 256, 1024, 4096], 30, 400, 8, 20, 1024)
 
     @staticmethod
     def dry() -> Sizes:
-        return Sizes([4096, 16384], 1024, 1 << 16, 16384, [(64, 4), (128, 4)], [4096], [1, 16, 64], 3, 300, 1)
+        return Sizes([4096, 16384], 1024, 1 << 16, 16384, [(64, 4), (128, 4)], [4096], [1, 16, 64], 3, 300, 1, 2,
+                     32)
 
 
 @dataclass
@@ -258,11 +270,66 @@ def run(args: argparse.Namespace) -> tuple[str, Path]:
     def log(msg: str) -> None:
         print(f"[{time.perf_counter() - t_start:6.1f}s] {msg}", flush=True)
 
+    import json
+
+    import gpu_engine
+
+    today = datetime.date.today().isoformat()
+    json_path = args.out / f"gpu-{today}{'-dry-run' if args.dry_run else ''}.json"
+    measured: dict = {"dry_run": args.dry_run, "sections": {}}
+
+    def save(section: str, data: object) -> None:
+        """Incremental results: a failure later keeps every section measured so far."""
+        measured["sections"][section] = data
+        args.out.mkdir(parents=True, exist_ok=True)
+        text = json.dumps(measured, indent=1, default=str)
+        json_path.write_text(text, encoding="utf-8")
+        if os.environ.get("OUT"):
+            (Path(os.environ["OUT"]) / json_path.name).write_text(text, encoding="utf-8")
+
     log("checks: kernels against plain torch on fresh random data")
     rows = check_kernels(device, s)
     log("checks: allocator in lockstep with the reference")
     rows.append(["allocator (lockstep vs reference)", *lockstep(device, s.lockstep_steps)])
+    log("checks: batched lockstep (conformance/batched.py) on the device")
+    brows, bres = gpu_engine.batched_lockstep(device, s.batched_examples)
+    rows += [[f"{r[0]} ({r[1]})", "batch on the device, sequential on the reference", r[2], r[3]] for r in brows]
     rep.table("Checks", ["what", "how", "result", "wall s"], rows)
+    save("checks", {"rows": rows, "batched_lockstep": bres})
+
+    n_eng = s.engine_requests
+    log(f"engine: sync audit of the hot-path calls, {n_eng} requests")
+    rows, res = gpu_engine.sync_audit(device, args.dry_run, n_eng)
+    rep.table("Sync audit", ["call", "requests", "syncs under set_sync_debug_mode(\"error\")", "host µs"], rows,
+              "Each call after a torch.cuda.synchronize(), with the sync debug mode at \"error\": a call that "
+              "synchronises the host with the device (a read, a pageable copy, a blocking wait) raises.")
+    save("sync_audit", res)
+    if not args.dry_run:
+        ok = all(r["syncs"] == 0 for r in res.values())
+        rep.verdicts.append(("zero syncs on the hot path", "PASS" if ok else "FAIL"))
+
+    log("engine: decode step as a CUDA graph vs eager")
+    rows, res = gpu_engine.graph_decode(device, args.dry_run, n_eng)
+    rep.table("Decode step in a CUDA graph", ["run", "check", "how", "replay µs (device)", "target ≤ 20 µs"], rows,
+              "graph_width = requests: the binds of a step (tables and zeroing) at fixed shapes, captured once per "
+              "input buffer and replayed; compared with an eager arena after every step.")
+    save("graph_decode", res)
+    if not args.dry_run and res["replay_s"] is not None:
+        rep.verdicts.append((f"decode step of {n_eng:,} in a graph ≤ 20 µs",
+                             f"{'PASS' if res['replay_s'] <= 20e-6 else 'FAIL'} ({_fmt_us(res['replay_s'])} µs)"))
+
+    log("engine: overlap with a long kernel on another stream")
+    rows, res = gpu_engine.overlap(device, args.dry_run, n_eng)
+    rep.table("Overlap", ["setting", "host time of the calls", "result", "verdict"], rows,
+              "free_batch, extend_batch, token_locs and compact while ~1 s of GPU work runs on a side stream; a "
+              "FORWARD user acquired with that work's event stays withheld until the event completed.")
+    save("overlap", res)
+
+    log("engine: preset page sizes (move and zero kernels)")
+    rows, res = gpu_engine.preset_pages(device, args.dry_run)
+    rep.table("Preset page sizes", ["page bytes", "not a multiple of 16 words", "classes", "move + zero check",
+                                    "move GB/s (read + write)"], rows)
+    save("preset_pages", res)
 
     # -- copy ceiling ----------------------------------------------------------------------------
     log(f"copy ceiling: copy_ of {_fmt_size(s.ceiling)}")
@@ -339,7 +406,6 @@ def run(args: argparse.Namespace) -> tuple[str, Path]:
     log("done")
 
     # -- the report --------------------------------------------------------------------------------
-    today = datetime.date.today().isoformat()
     if args.dry_run:
         dev_name = f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores), Triton interpreter"
     else:

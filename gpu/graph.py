@@ -8,7 +8,7 @@ device work is then the same ops on the same addresses every step:
 
 1. one H2D copy of the input buffer (``non_blocking``, from pinned memory);
 2. one ``index_copy_`` into v->p and one into p->v (the spare column absorbs the padding lanes);
-3. one zero launch per class over ``width`` slots (the dump page absorbs the padding lanes).
+3. one zero launch per class over ``width`` slots (padding lanes name the dump page, which the kernel skips).
 
 On CUDA the first step of each of the two input buffers warms up and captures these ops into a
 ``torch.cuda.CUDAGraph``; later steps only fill the buffer and replay. Two buffers alternate so the host can
@@ -64,7 +64,7 @@ class GraphStep:
         a.tables.p2v.view(-1).index_copy_(0, d[2 * kw:3 * kw], d[3 * kw:4 * kw])
         for c, name in enumerate(a.order):
             lanes = d[4 * kw + c * self.width:4 * kw + (c + 1) * self.width]
-            zero_slots(a.mem.words_all, lanes, a.mem.page_bytes[name])
+            zero_slots(a.mem.words_all, lanes, a.mem.page_bytes[name], skip=a.mem.dump_slot[name])
 
     def _free_buffer(self) -> int | None:
         for i in range(2):

@@ -72,7 +72,7 @@ def compile_all(arch: int = 90) -> list[dict]:
                                                 "chunks": "i32", "vids_ptr": p64, "v2p_ptr": p64, "p2v_ptr": p64},
          {"BLOCK": 4096, "REMAP": True}, ["words_ptr", "src_ptr", "dst_ptr", "page_words"], 8),
         ("zero_pages", zero.zero_pages_kernel, {"words_ptr": p64, "slots_ptr": p64, "page_words": "i32",
-                                                "chunks": "i32"}, {"BLOCK": 4096},
+                                                "chunks": "i32", "skip": "i64"}, {"BLOCK": 4096},
          ["words_ptr", "slots_ptr", "page_words"], 8),
         ("translate", translate.translate_kernel, {"vtok_ptr": p64, "out_ptr": p64, "v2p_ptr": p64, "n": "i32",
                                                    "n_vids": "i32", "n_out": "i32", "pad": "i64"},

@@ -25,25 +25,26 @@ def zero_pages_kernel(
     slots_ptr,  # *int64 [n]: pages to clear (slots on the class's page grid)
     page_words,  # words per page
     chunks,  # programs per page: cdiv(page_words, BLOCK)
+    skip,  # a slot left alone (a fixed-width step's padding lanes name it), -1: none
     BLOCK: tl.constexpr,  # words one program clears
 ):
     pid = tl.program_id(0).to(tl.int64)
     page = tl.load(slots_ptr + pid // chunks)
     offs = (pid % chunks) * BLOCK + tl.arange(0, BLOCK)
     zeros = tl.zeros([BLOCK], dtype=tl.int64)
-    tl.store(words_ptr + page * page_words + offs, zeros, mask=offs < page_words)
+    tl.store(words_ptr + page * page_words + offs, zeros, mask=(offs < page_words) & (page != skip))
 
 
 def launch(words: torch.Tensor, slots: torch.Tensor, page_words: int, block: int | None = None,
-           num_warps: int | None = None) -> None:
-    """The kernel alone: ``slots`` is an int64 tensor on the arena's device."""
+           num_warps: int | None = None, skip: int = -1) -> None:
+    """The kernel alone: ``slots`` is an int64 tensor on the arena's device; slot ``skip`` is not cleared."""
     n = slots.numel()
     if n == 0:
         return
     b, w = default_config(page_words, words.is_cuda)
     block, num_warps = block or b, num_warps or w
     chunks = triton.cdiv(page_words, block)
-    zero_pages_kernel[(n * chunks,)](words, slots, page_words, chunks, BLOCK=block, num_warps=num_warps)
+    zero_pages_kernel[(n * chunks,)](words, slots, page_words, chunks, skip, BLOCK=block, num_warps=num_warps)
 
 
 def zero_pages(words: torch.Tensor, slots: Sequence[int], page_bytes: int, *, path: Path = "auto") -> None:
@@ -62,13 +63,15 @@ def zero_pages(words: torch.Tensor, slots: Sequence[int], page_bytes: int, *, pa
     zero_slots(words, as_index(slots, words.device), page_bytes, path=path)
 
 
-def zero_slots(words: torch.Tensor, idx: torch.Tensor, page_bytes: int, *, path: Path = "auto") -> None:
+def zero_slots(words: torch.Tensor, idx: torch.Tensor, page_bytes: int, *, skip: int = -1,
+               path: Path = "auto") -> None:
     """Clear pages ``idx`` (an int64 tensor already on the arena's device, checked by the host planner): no
-    host list, no upload, no read; what the allocator calls once per class per step."""
+    host list, no upload, no read; what the allocator calls once per class per step. The kernel leaves slot
+    ``skip`` (a dump page) alone; the torch path clears it too (it is no page's)."""
     page_words = page_bytes // 8
     n_pages = words.numel() // page_words
     if use_triton(zero_pages_kernel, words, path):
-        launch(words, idx, page_words)
+        launch(words, idx, page_words, skip=skip)
     else:
         words[: n_pages * page_words].view(n_pages, page_words).index_fill_(0, idx, 0)  # not [idx] = 0: 500x slower
 

@@ -1,0 +1,36 @@
+"""The GPU benchmark scripts run end to end on CPU: ``bench/gpu.py --dry-run`` (every section, the Triton
+interpreter, tiny sizes, every GPU column "not measured") and ``bench/host_cost.py --smoke``."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "OUT")}
+    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, env=env,
+                          timeout=timeout, check=False)
+
+
+def test_gpu_bench_dry_run(tmp_path: Path) -> None:
+    out = _run("bench/gpu.py", "--dry-run", "--out", str(tmp_path))
+    assert out.returncode == 0, out.stderr[-3000:]
+    (md,) = tmp_path.glob("gpu-*-dry-run.md")
+    text = md.read_text()
+    for section in ("## Sync audit", "## Decode step in a CUDA graph", "## Overlap", "## Preset page sizes",
+                    "conformance/batched.py at exact"):
+        assert section in text, section
+    assert "not a GPU measurement" in text and "| PASS" not in text, "a dry run must not claim GPU results"
+    (js,) = tmp_path.glob("gpu-*-dry-run.json")
+    assert {"checks", "sync_audit", "graph_decode", "overlap", "preset_pages"} <= set(json.loads(js.read_text())
+                                                                                    ["sections"])
+
+
+def test_host_cost_smoke() -> None:
+    out = _run("bench/host_cost.py", "--smoke", timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "extend_batch" in out.stdout and "| 256 |" in out.stdout
