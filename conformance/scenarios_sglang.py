@@ -155,6 +155,8 @@ def multi_ended(c: Conductor, rng: random.Random) -> None:
     refused(c, "DoubleFree", "drop it again", "drop", owner=keep, pages=[{"dead": k.pages["full"][0]}])
     # test_slot_zero_sink_invariant_survives_churn: SGLang keeps v0 -> sink p0; kvarena binds no such id
     refused(c, "UnknownPage", "translate an id nobody binds", "translate", page=BAD)
+    refused(c, "UnknownPage", "write through it (SGLang: onto the sink page)", "write", page=BAD, entry=0, row=0,
+            tag=1)
     ok(c, "free k", "free", owner=keep)
     # test_randomized: 60% full, 55% alloc 1..3 pages else free a random live batch; markers checked after moves
     live_owners: dict[str, list[str]] = {"full": [], "state": []}
