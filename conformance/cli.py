@@ -124,6 +124,8 @@ def run_conform(args: argparse.Namespace) -> int:
     if args.examples < 0 or args.steps < 1 or (args.trace_lines is not None and args.trace_lines < 0):
         print("kvarena conform: --examples and --trace-lines must be >= 0 and --steps >= 1", file=sys.stderr)
         return EXIT_BROKEN
+    if args.examples > 0:
+        import hypothesis  # noqa: F401  the machine needs the 'conform' extra: say so before the vectors run
     vectors = None if args.vectors == "none" else Path(args.vectors) if args.vectors else VECTOR_DIR
     level = args.level or default_level(args.impl)
     progress = None if args.quiet else (lambda line: print(f"kvarena conform: {line}", file=sys.stderr, flush=True))
