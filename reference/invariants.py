@@ -149,7 +149,8 @@ def check_vmap(a: Arena) -> None:
 
 
 def check_conservation(a: Arena) -> None:
-    """INV-BYTE-CONSERVATION: capacity = live + withheld + holes + gaps + padding, every term >= 0."""
+    """INV-BYTE-CONSERVATION: capacity = live + withheld + holes + gaps + padding, every term >= 0, and the
+    arena's byte accounting (``used_bytes``, ``free_bytes``, ``gap_bytes``: what a scheduler reads) agrees."""
     live = sum(len(b.live) * b.page_bytes for b in a.bands.values())
     withheld = sum(len(b.withheld) * b.page_bytes for b in a.bands.values())
     holes = sum(len(b.holes) * b.page_bytes for b in a.bands.values())
@@ -164,8 +165,12 @@ def check_conservation(a: Arena) -> None:
     if total != a.capacity:
         _fail("INV-BYTE-CONSERVATION", f"live {live} + withheld {withheld} + holes {holes} + gaps {sum(gaps)} "
                                        f"+ padding {low_pad + top_pad} = {total} != capacity {a.capacity}")
-    if a.used_bytes() != live + withheld:
-        _fail("INV-BYTE-CONSERVATION", f"used_bytes() {a.used_bytes()} != live + withheld {live + withheld}")
+    said = {"used_bytes()": a.used_bytes(), "free_bytes()": a.free_bytes(), "gap_bytes()": a.gap_bytes()}
+    counted = {"used_bytes()": live + withheld, "free_bytes()": holes + sum(gaps) + low_pad + top_pad,
+               "gap_bytes()": sum(gaps)}
+    if said != counted:
+        bad = {k: (said[k], counted[k]) for k in said if said[k] != counted[k]}
+        _fail("INV-BYTE-CONSERVATION", f"the arena's accounting disagrees with its bands (said, counted): {bad}")
 
 
 def check_feasibility_floor(a: Arena) -> None:

@@ -27,8 +27,8 @@ from kvarena.reference.invariants import (
     check_vmap,
 )
 from kvarena.reference.split import SplitPools
-from kvarena.spec.errors import InvalidArgumentError, InvariantViolation
-from kvarena.spec.models import PRESETS, ArenaConfig, GiB, preset, worst_case_demand
+from kvarena.spec.errors import CapacityTooSmallError, InvalidArgumentError, InvariantViolation
+from kvarena.spec.models import PRESETS, ArenaConfig, GiB, chain, preset, worst_case_demand
 from kvarena.spec.types import UserKind
 
 CAP = 4096
@@ -211,6 +211,60 @@ def test_byte_conservation_detects() -> None:
     w.holes.update(range(w.hi, top_full + 1))
     w.hi = top_full + 1
     expect(check_conservation, a, "INV-BYTE-CONSERVATION")
+
+
+@pytest.mark.parametrize("query, wrong", [
+    ("used_bytes", lambda a: sum(len(b.live) * b.page_bytes for b in a.bands.values())),  # withheld forgotten
+    ("free_bytes", lambda a: a.capacity - sum(len(b.live) * b.page_bytes for b in a.bands.values())),
+    ("gap_bytes", lambda a: a.bands["full"].lo_byte - a.bands["state"].hi_byte),  # the float's bytes as gap
+])
+def test_byte_conservation_detects_accounting_alone(query: str, wrong: Callable[[Arena], int]) -> None:
+    """INV-BYTE-CONSERVATION on its own: the bands are sound (every other predicate passes), but an accounting
+    query a scheduler reads disagrees with them. The first two corruptions above also break INV-NO-OVERLAP."""
+    a, _r = populated()
+    setattr(a, query, lambda: wrong(a))
+    for inv, check in INVARIANTS.items():
+        if inv not in ("INV-BYTE-CONSERVATION", "INV-REFUSAL-IS-NOOP"):  # (the probes read free_bytes too)
+            check(a)
+    expect(check_conservation, a, "INV-BYTE-CONSERVATION", rf"accounting disagrees .*'{query}\(\)'")
+
+
+def closed_form_floor(config: ArenaConfig) -> bool:
+    """spec/arena.md §Rung 1: the feasibility floor by hand (one float at most)."""
+    order = chain(config.model)
+    d = worst_case_demand(config)
+    P = {c.name: config.page_bytes(c.name) for c in order}
+    low, high = order[0].name, order[-1].name
+    L = d.get(low, 0) * P[low]
+    H = (config.capacity // P[high] - d.get(high, 0)) * P[high]
+    floats = [c.name for c in order[1:-1] if d.get(c.name, 0)]
+    return L <= H and all(-(-L // P[f]) + d[f] <= H // P[f] for f in floats)
+
+
+def test_feasibility_floor_closed_form() -> None:
+    """The closed form equals the constructor's check (``place`` on the empty arena), on both sides of the floor."""
+    seen = {True: 0, False: 0}
+    configs = []
+    for name in sorted(PRESETS):
+        base = ArenaConfig(preset(name), capacity=GiB)
+        need = floor_bytes(base)
+        configs += [ArenaConfig(preset(name), capacity=c) for c in range(max(1, need - 2**21), need + 2**22, 2**18)]
+    for name in ("toy-tri", "toy-swa", "toy-state"):
+        for ps, ctx in ((2, 8), (4, 16), (4, 24), (8, 40)):
+            configs += [ArenaConfig(preset(name), capacity=c, page_size=ps, max_context_len=ctx)
+                        for c in range(256, 8192, 96)]
+    for cfg in configs:
+        try:
+            Arena(cfg)
+            real = True
+        except CapacityTooSmallError:
+            real = False
+        assert closed_form_floor(cfg) is real, (cfg.model.name, cfg.capacity, cfg.page_size, cfg.context_len)
+        seen[real] += 1
+    assert seen[True] > 100 and seen[False] > 100
+    # the spec's worked example: toy-tri, page_size 4, an 8-token context, at 2048 B and one byte less
+    assert closed_form_floor(ArenaConfig(preset("toy-tri"), capacity=2048, page_size=4, max_context_len=8))
+    assert not closed_form_floor(ArenaConfig(preset("toy-tri"), capacity=2047, page_size=4, max_context_len=8))
 
 
 def test_feasibility_floor_detects() -> None:

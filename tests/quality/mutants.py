@@ -105,6 +105,22 @@ REFUSAL_MUTANTS: tuple[Mutant, ...] = (
 )
 
 
+# Bugs in the byte accounting a scheduler reads: the bands stay sound, so only INV-BYTE-CONSERVATION sees them
+# (and neither the lockstep nor the vectors, which compare placements).
+ACCOUNTING_MUTANTS: tuple[Mutant, ...] = (
+    Mutant("used-bytes-ignores-withheld", arena_mod,
+           "return sum((len(b.live) + len(b.withheld)) * b.page_bytes for b in self.bands.values())",
+           "return sum(len(b.live) * b.page_bytes for b in self.bands.values())",
+           ("INV-BYTE-CONSERVATION",),
+           "used_bytes counts live pages only: bytes a transfer still holds look free to the scheduler"),
+    Mutant("gap-bytes-skips-float", arena_mod,
+           "present = [b for b in self._chain() if b.role is not Role.FLOAT or not b.empty]",
+           "present = [b for b in self._chain() if b.role is not Role.FLOAT]",
+           ("INV-BYTE-CONSERVATION",),
+           "gap_bytes measures from the low end to the high end, counting a float's pages as gap"),
+)
+
+
 def mutate(m: Mutant) -> types.ModuleType:
     """A fresh copy of the mutant's module with the one change applied."""
     source = inspect.getsource(m.module)

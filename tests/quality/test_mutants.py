@@ -18,7 +18,7 @@ from kvarena.conformance.machine import machine_for
 from kvarena.reference import invariants
 from kvarena.reference.invariants import INVARIANTS
 from kvarena.spec.errors import PlanError
-from tests.quality.mutants import MUTANTS, REFUSAL_MUTANTS, applied, mutate
+from tests.quality.mutants import ACCOUNTING_MUTANTS, MUTANTS, REFUSAL_MUTANTS, applied, mutate
 
 # Shrinking is for humans reading a report; a kill only needs the first failure.
 KILL_PHASES = [Phase.explicit, Phase.reuse, Phase.generate]
@@ -54,15 +54,20 @@ def test_machine_kills_mutant(mutant, validator: str) -> None:
         assert inv in mutant.violates, f"{mutant.name} was caught by {inv}, expected one of {mutant.violates}"
 
 
+ALONE = REFUSAL_MUTANTS + ACCOUNTING_MUTANTS
+EVERY = MUTANTS + ALONE
+
+
 @pytest.mark.quality
-@pytest.mark.parametrize("mutant", REFUSAL_MUTANTS, ids=[m.name for m in REFUSAL_MUTANTS])
+@pytest.mark.parametrize("mutant", ALONE, ids=[m.name for m in ALONE])
 def test_machine_kills_refusal_mutant(mutant) -> None:
-    """A refusal that changes the state is caught by INV-REFUSAL-IS-NOOP (with the validator on: it is part of
-    the refusal; the unmutated arena passes the same machine in tests/fast/test_machine.py)."""
+    """Bugs only one predicate sees: a refusal that changes the state (INV-REFUSAL-IS-NOOP, with the validator on:
+    it is part of the refusal) and an accounting query that disagrees with sound bands (INV-BYTE-CONSERVATION).
+    The unmutated arena passes the same machine (tests/fast/test_machine.py)."""
     with applied(mutant) as factory:
         err = _run_killed(mutant, factory)
     assert isinstance(err, AssertionError), f"{mutant.name} crashed instead of failing a check: {err!r}"
-    assert getattr(err, "inv", None) == "INV-REFUSAL-IS-NOOP", f"{mutant.name} was caught by {err!r}"
+    assert getattr(err, "inv", None) == mutant.violates[0], f"{mutant.name} was caught by {err!r}"
 
 
 def test_mutants_cover_required_bugs() -> None:
@@ -70,11 +75,11 @@ def test_mutants_cover_required_bugs() -> None:
                 "stale-v2p", "double-free"}
     names = " ".join(m.name for m in MUTANTS)
     assert all(r in names for r in required), sorted(r for r in required if r not in names)
-    for m in MUTANTS + REFUSAL_MUTANTS:
+    for m in EVERY:
         assert set(m.violates) <= set(INVARIANTS) | {"ERROR-CONTRACT"}, m.name
 
 
-@pytest.mark.parametrize("mutant", MUTANTS + REFUSAL_MUTANTS, ids=[m.name for m in MUTANTS + REFUSAL_MUTANTS])
+@pytest.mark.parametrize("mutant", EVERY, ids=[m.name for m in EVERY])
 def test_mutant_snippet_still_present(mutant) -> None:
     """A refactor that removes a mutant's snippet must update the mutant, not retire it silently."""
     mutate(mutant)
