@@ -201,8 +201,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     args = p.parse_args(argv)
 
+    import torch
+
     from kvarena.spec.models import ArenaConfig, preset
 
+    # one intra-op thread for every side: on a shared 2-core machine OpenMP fan-out of small CPU "device" ops
+    # (index_fill_ of 4,096 pages) costs more than the op, and varies with the load, not with the allocator
+    torch.set_num_threads(1)
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     reps = args.reps or (3 if args.smoke else 30)
     ns = [16, 256] if args.smoke else [16, 256, 1024, 4096]
@@ -230,8 +235,8 @@ def main(argv: list[str] | None = None) -> int:
         machine_line(load),
         f"- cpu: {lscpu or '?'}, {os.cpu_count()} cores",
         python_line(),
-        f"- configuration: {args.model}, {args.capacity_mib} MiB, page size 4, every device tensor on the CPU; "
-        f"{reps} interleaved repetitions; median ± interquartile range, µs",
+        f"- configuration: {args.model}, {args.capacity_mib} MiB, page size 4, every device tensor on the CPU, "
+        f"torch.set_num_threads(1); {reps} interleaved repetitions; median ± interquartile range, µs",
         "",
         "## Decode step: every request gets one new full page",
         "",

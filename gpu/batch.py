@@ -22,7 +22,6 @@ and two table scatters, one zero launch per class with new pages.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -84,18 +83,22 @@ class BatchOps:
         return d, errors
 
     # -- the batched calls ---------------------------------------------------------------------
-    def extend_batch(self, owners: Sequence[str], demands: Any) -> BatchResult:
-        """``extend(owners[k], demands[k])`` for every k, in order; one result per owner."""
+    def extend_batch(self, owners: Sequence[str] | np.ndarray, demands: Any) -> BatchResult:
+        """``extend(owners[k], demands[k])`` for every k, in order; one result per owner. ``owners``: names, or
+        the int rows ``admit_batch`` returned (``result.rows``: an engine's request handles, no name lookup)."""
         self.poll()
         n = len(owners)
-        rows = np.fromiter(map(self.owners.rows.get, owners, repeat(-1, n)), dtype=np.int64, count=n)
+        rows = self.owners.lookup(owners)
         unknown = np.flatnonzero(rows < 0)
-        errors: dict[int, ArenaError] = {int(r): UnknownOwnerError(f"owner {owners[r]!r} holds no pages; admit it "
-                                                                   "first") for r in unknown}
+        errors: dict[int, ArenaError] = {
+            int(r): UnknownOwnerError(f"owner {self.owners.name(owners, r)!r} holds no pages; admit it first")
+            for r in unknown}
         d, bad = self._demand_matrix(demands, n)
         errors.update({r: e for r, e in bad.items() if r not in errors})  # the owner is checked first
         d[unknown] = 0
-        return self._place_rows(d, rows, errors)
+        res = self._place_rows(d, rows, errors)
+        res.rows = rows
+        return res
 
     def admit_batch(self, owners: Sequence[str], demands: Any) -> BatchResult:
         """``admit(owners[k], demands[k])`` (no shared pages) for every k, in order; one result per owner."""
@@ -116,6 +119,8 @@ class BatchOps:
         for r in out.errors:
             if rows[r] >= 0:  # admitted by name above, then refused by the ladder: never admitted
                 self.owners.forget(owners[r])
+                rows[r] = -1
+        out.rows = rows
         return out
 
     def _sequential_admits(self, owners: Sequence[str], demands: Any) -> BatchResult:
@@ -141,21 +146,21 @@ class BatchOps:
         res.vids, res.slots = np.array(vids, dtype=np.int64), np.array(slots, dtype=np.int64)
         return res
 
-    def free_batch(self, owners: Sequence[str]) -> FreeResult:
-        """``free(owners[k])`` for every k, in order: the freed pages per owner (or the error object)."""
+    def free_batch(self, owners: Sequence[str] | np.ndarray) -> FreeResult:
+        """``free(owners[k])`` for every k, in order: the freed pages per owner (or the error object). ``owners``:
+        names or rows (see ``extend_batch``)."""
         self.poll()
         errors: dict[int, ArenaError] = {}
-        rows, pos, names = [], [], []
-        seen: set[str] = set()
-        for k, o in enumerate(owners):
-            r = self.owners.rows.get(o)
-            if r is None or o in seen:
-                errors[k] = UnknownOwnerError(f"owner {o!r} holds no pages; admit it first")
-                continue
-            seen.add(o)
-            rows.append(r)
-            pos.append(k)
-            names.append(o)
+        all_rows = self.owners.lookup(owners)
+        first = np.zeros(len(all_rows), dtype=bool)
+        _, idx = np.unique(all_rows, return_index=True)
+        first[idx] = True  # an owner named twice: the second free finds it gone
+        ok = first & (all_rows >= 0)
+        for k in np.flatnonzero(~ok).tolist():
+            errors[k] = UnknownOwnerError(f"owner {self.owners.name(owners, k)!r} holds no pages; admit it first")
+        pos = np.flatnonzero(ok).tolist()
+        rows = all_rows[ok].tolist()
+        names = [self.owners.names[r] for r in rows]
         if not rows:
             return FreeResult(len(owners), _EMPTY, _EMPTY, {}, errors)
         log, kk = self.owners, len(self.order)
@@ -287,9 +292,10 @@ class BatchOps:
         if cls not in self.bands:
             raise InvalidArgumentError(f"unknown class {cls!r}; use one of {self.order}")
         n = len(owners)
-        rows = np.fromiter(map(self.owners.rows.get, owners, repeat(-1, n)), dtype=np.int64, count=n)
+        rows = self.owners.lookup(owners)
         if (rows < 0).any():
-            raise UnknownOwnerError(f"token_locs: owner {owners[int(np.argmax(rows < 0))]!r} holds no pages")
+            raise UnknownOwnerError(f"token_locs: owner {self.owners.name(owners, int(np.argmax(rows < 0)))!r} "
+                                    "holds no pages")
         if len(np.unique(rows)) != n:
             raise InvalidArgumentError("token_locs: an owner appears twice; name each request once")
         pre, seq = np.asarray(pre_lens, dtype=np.int64), np.asarray(seq_lens, dtype=np.int64)

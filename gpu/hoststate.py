@@ -14,6 +14,7 @@ Three structures, each sized so that a batch of pages is one vectorized update, 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from itertools import repeat
 
 import numpy as np
 
@@ -103,6 +104,7 @@ class OwnerLog:
         self.k = n_classes
         self.rows: dict[str, int] = {}
         self.names: list[str] = []
+        self.live_rows = np.zeros(1024, dtype=bool)
         cap = 1024
         self.row = np.empty(cap, dtype=np.int64)
         self.cls = np.empty(cap, dtype=np.int64)
@@ -122,10 +124,30 @@ class OwnerLog:
         r = len(self.names)
         self.names.append(owner)
         self.rows[owner] = r
+        if r >= len(self.live_rows):
+            grown = np.zeros(2 * len(self.live_rows), dtype=bool)
+            grown[:len(self.live_rows)] = self.live_rows
+            self.live_rows = grown
+        self.live_rows[r] = True
         return r
 
     def forget(self, owner: str) -> None:
-        del self.rows[owner]
+        self.live_rows[self.rows.pop(owner)] = False
+
+    def lookup(self, owners: object) -> np.ndarray:
+        """Rows of ``owners`` (names, or the int rows an earlier call returned: an engine's request handles,
+        checked in one vectorized test); -1 for an owner that is not admitted."""
+        if isinstance(owners, np.ndarray) and np.issubdtype(owners.dtype, np.integer):
+            rows = owners.astype(np.int64)
+            ok = (rows >= 0) & (rows < len(self.names))
+            ok[ok] = self.live_rows[rows[ok]]
+            return np.where(ok, rows, -1)
+        n = len(owners)  # type: ignore[arg-type]
+        return np.fromiter(map(self.rows.get, owners, repeat(-1, n)), dtype=np.int64, count=n)  # type: ignore
+
+    def name(self, owners: object, k: int) -> str:
+        o = owners[k]  # type: ignore[index]
+        return self.names[int(o)] if isinstance(o, np.integer) and 0 <= o < len(self.names) else str(o)
 
     # -- the log ------------------------------------------------------------------------------
     def append(self, rows: np.ndarray, classes: np.ndarray, vids: np.ndarray) -> None:

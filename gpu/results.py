@@ -50,6 +50,7 @@ class BatchResult(Sequence):
     slots: np.ndarray
     errors: dict[int, ArenaError] = field(default_factory=dict)
     plans: dict[int, Plan] = field(default_factory=dict)  # requests placed by the ladder (not rung 1 in batch)
+    rows: np.ndarray | None = None  # the owners' rows (-1: not admitted): handles for the next calls
     _starts: np.ndarray | None = None
 
     def __len__(self) -> int:

@@ -64,6 +64,7 @@ def _seq(ref: Arena, method: str, *args: Any) -> tuple:
 class BatchLockstep:
     def __init__(self, model: str, seed: int, graph_width: int | None = None) -> None:
         self.rng = random.Random(seed)
+        self.hrng = random.Random(seed + 1000)  # names or int rows: drawn apart, the operations stay the same
         self.config = _config(model, 2400 + 128 * self.rng.randint(0, 12), self.rng.choice([2, 4]))
         self.ref, self.gpu = Arena(self.config), make(self.config, graph_width=graph_width)
         self.order = self.ref.order
@@ -103,7 +104,8 @@ class BatchLockstep:
             owners = self.owners(r.randint(1, 8))
             arr, dicts = self.demands(len(owners), 2)
             want = [_seq(self.ref, "extend", o, d) for o, d in zip(owners, dicts)]
-            res = self.gpu.extend_batch(owners, arr)
+            handles = self.gpu.owners.lookup(owners) if self.hrng.random() < 0.3 else owners  # an engine's int rows
+            res = self.gpu.extend_batch(handles, arr)
             got = [_norm(x) for x in res]
             self.fell_back += len(res.plans)
             self.fast += len(res) - len(res.plans) - len(res.errors)
@@ -111,7 +113,8 @@ class BatchLockstep:
         elif op == "free":
             owners = self.owners(r.randint(1, 4))
             want = [_seq(self.ref, "free", o) for o in owners]
-            got = [_norm(x) for x in self.gpu.free_batch(owners)]
+            handles = self.gpu.owners.lookup(owners) if self.hrng.random() < 0.3 else owners
+            got = [_norm(x) for x in self.gpu.free_batch(handles)]
         else:
             self.single()
             return
