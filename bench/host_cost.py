@@ -1,6 +1,7 @@
 """Host cost of gpu/'s batched calls on the CPU torch path, against the reference and SGLang 0.5.23's allocator.
 
     python bench/host_cost.py            # full run (a few minutes on 2 cores): bench/results/host_cost-<date>.md
+    python bench/host_cost.py --threads 1   # the same with one torch intra-op thread: host_cost-<date>-1-thread.md
     python bench/host_cost.py --smoke    # seconds (CI, tests/fast/test_host_cost.py): small N, few reps, no file
 
 One process, one arena configuration (``--model``, default toy-swa at 16 MiB: 65,536 full pages of 256 B, so
@@ -198,6 +199,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default="toy-swa", help="preset (default toy-swa: tiny pages, host work only)")
     p.add_argument("--capacity-mib", type=int, default=16)
     p.add_argument("--reps", type=int, default=None)
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch intra-op threads for every side (default: torch's own; 1 is the stricter comparison: "
+                        "OpenMP fan-out of small CPU ops costs SGLang's alloc more than it costs gpu/)")
     p.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     args = p.parse_args(argv)
 
@@ -205,9 +209,11 @@ def main(argv: list[str] | None = None) -> int:
 
     from kvarena.spec.models import ArenaConfig, preset
 
-    # one intra-op thread for every side: on a shared 2-core machine OpenMP fan-out of small CPU "device" ops
-    # (index_fill_ of 4,096 pages) costs more than the op, and varies with the load, not with the allocator
-    torch.set_num_threads(1)
+    # the same intra-op threads for every side: on a shared 2-core machine OpenMP fan-out of small CPU "device"
+    # ops costs more than the op itself (SGLang's alloc more than gpu/'s), so both settings are reported
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    threads = torch.get_num_threads()
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     reps = args.reps or (3 if args.smoke else 30)
     ns = [16, 256] if args.smoke else [16, 256, 1024, 4096]
@@ -236,7 +242,8 @@ def main(argv: list[str] | None = None) -> int:
         f"- cpu: {lscpu or '?'}, {os.cpu_count()} cores",
         python_line(),
         f"- configuration: {args.model}, {args.capacity_mib} MiB, page size 4, every device tensor on the CPU, "
-        f"torch.set_num_threads(1); {reps} interleaved repetitions; median ± interquartile range, µs",
+        f"torch intra-op threads {threads}{'' if args.threads else ' (torch default)'}; {reps} interleaved "
+        "repetitions; median ± interquartile range, µs",
         "",
         "## Decode step: every request gets one new full page",
         "",
@@ -263,7 +270,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.smoke:
         print(text)
         return 0
-    write(args.out, f"host_cost-{datetime.date.today().isoformat()}.md", text)
+    suffix = f"-{args.threads}-thread" if args.threads else ""
+    write(args.out, f"host_cost-{datetime.date.today().isoformat()}{suffix}.md", text)
     return 0
 
 

@@ -254,14 +254,16 @@ class GpuArena(BatchOps):
         the same work at fixed shapes (``graph.py``: replayed as a CUDA graph), when the step fits it."""
         if self.graph is not None and self.graph.bind(classes, vids, slots):
             return
-        self.tables.bind(classes, vids, slots)
-        order = np.argsort(classes, kind="stable")
-        cs, ss = classes[order], slots[order]
-        dev = self.staging.upload(ss)
-        cuts = np.flatnonzero(np.diff(cs)) + 1
-        for a, b in zip([0, *cuts.tolist()], [*cuts.tolist(), len(cs)]):
-            zero_slots(self.mem.words, dev[a:b], self._chain[int(cs[a])].page_bytes)
-            self.stats["zero_launches"] += 1
+        counts = np.bincount(classes, minlength=len(self.order))
+        ss = slots if np.count_nonzero(counts) == 1 else slots[np.argsort(classes, kind="stable")]
+        dev = self.tables.bind(classes, vids, slots, extra=ss)  # one upload: the tables' pairs, the zero list
+        assert dev is not None
+        a = 0
+        for c, k in enumerate(counts.tolist()):
+            if k:
+                zero_slots(self.mem.words, dev[a:a + k], self._chain[c].page_bytes)
+                self.stats["zero_launches"] += 1
+                a += k
 
     def _claim(self, band: Band, slot: int) -> None:
         if band.lo <= slot < band.hi:

@@ -60,10 +60,11 @@ class BatchOps:
             if d.shape != (n, k) or not np.issubdtype(d.dtype, np.integer):
                 raise InvalidArgumentError(f"demands must be an int array of shape ({n}, {k}) (requests, classes "
                                            f"{self.order}), got {d.dtype} {d.shape}")
-            d = d.astype(np.int64, copy=True)
-            tops = np.array([b.top for b in self._chain], dtype=np.int64)
-            pbytes = np.array([b.page_bytes for b in self._chain], dtype=np.int64)
-            bad = (d < 0).any(axis=1) | (d > tops).any(axis=1) | ((d * pbytes).sum(axis=1) > self.capacity)
+            d = d.astype(np.int64, copy=True)  # never the caller's array: refused rows are zeroed below
+            tops, pbytes = self._limits()
+            if d.min(initial=0) >= 0 and (d <= tops).all() and (d @ pbytes).max(initial=0) <= self.capacity:
+                return d, errors  # the common case: one test for the whole batch
+            bad = (d < 0).any(axis=1) | (d > tops).any(axis=1) | (d @ pbytes > self.capacity)
             for r in np.flatnonzero(bad).tolist():
                 try:
                     self._demand(dict(zip(self.order, d[r].tolist())))
@@ -81,6 +82,13 @@ class BatchOps:
             except ArenaError as e:
                 errors[r] = e
         return d, errors
+
+    def _limits(self) -> tuple[np.ndarray, np.ndarray]:
+        lim = getattr(self, "_limits_np", None)
+        if lim is None:
+            lim = self._limits_np = (np.array([b.top for b in self._chain], dtype=np.int64),
+                                     np.array([b.page_bytes for b in self._chain], dtype=np.int64))
+        return lim
 
     # -- the batched calls ---------------------------------------------------------------------
     def extend_batch(self, owners: Sequence[str] | np.ndarray, demands: Any) -> BatchResult:
@@ -234,16 +242,20 @@ class BatchOps:
         if not lim:
             return 0
         low, high = self._chain[0], self._chain[-1]
-        gl = np.maximum(np.cumsum(d[:lim, 0]) - holes[0], 0)
-        gh = np.maximum(np.cumsum(d[:lim, -1]) - holes[1], 0)
         floats = [b for b in self._chain[1:-1] if not b.empty]
-        if not floats:
-            ok = gl * low.page_bytes + gh * high.page_bytes <= high.lo_byte - low.hi_byte
-        else:
-            ok = ((gl <= (floats[0].lo_byte - low.hi_byte) // low.page_bytes)
-                  & (gh <= (high.lo_byte - floats[-1].hi_byte) // high.page_bytes))
-        bad = np.flatnonzero(~ok)
-        return int(bad[0]) if len(bad) else lim
+
+        def fits(gl: Any, gh: Any) -> Any:
+            if not floats:
+                return gl * low.page_bytes + gh * high.page_bytes <= high.lo_byte - low.hi_byte
+            return ((gl <= (floats[0].lo_byte - low.hi_byte) // low.page_bytes)
+                    & (gh <= (high.lo_byte - floats[-1].hi_byte) // high.page_bytes))
+
+        # gap slots needed grow with the prefix, so "fits" holds for a prefix of the requests: the totals first
+        head = d[:lim]
+        if fits(max(int(head[:, 0].sum()) - holes[0], 0), max(int(head[:, -1].sum()) - holes[1], 0)):
+            return lim
+        ok = fits(np.maximum(np.cumsum(head[:, 0]) - holes[0], 0), np.maximum(np.cumsum(head[:, -1]) - holes[1], 0))
+        return int(np.argmin(ok))  # the first request that does not fit (ok is True, then False)
 
     def _place_fast(self, d: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Rung 1 for requests whose demand is on the end bands only and fits: holes, then frontiers."""
@@ -253,10 +265,15 @@ class BatchOps:
         if not total:
             return _EMPTY, _EMPTY
         vids = self.pool.take(total)
-        classes = np.repeat(np.tile(np.arange(k, dtype=np.int64), n), counts)
+        per_class = d.sum(axis=0)
+        single = np.count_nonzero(per_class) == 1  # a decode step: one class grows, no interleaving to undo
+        if single:
+            classes = np.full(total, int(np.flatnonzero(per_class)[0]), dtype=np.int64)
+        else:
+            classes = np.repeat(np.tile(np.arange(k, dtype=np.int64), n), counts)
         slots = np.empty(total, dtype=np.int64)
         for c in (0, k - 1):
-            want = int(d[:, c].sum())
+            want = int(per_class[c])
             if not want:
                 continue
             band = self._chain[c]
@@ -272,7 +289,11 @@ class BatchOps:
                 del band.holes[len(band.holes) - h:]
                 front = np.arange(band.lo - 1, band.lo - 1 - g, -1, dtype=np.int64)
                 band.lo -= g
-            sl = np.concatenate([np.asarray(taken, dtype=np.int64), front])
+            sl = np.concatenate([np.asarray(taken, dtype=np.int64), front]) if h else front
+            if single:
+                slots = sl
+                band.live.put(sl, vids)
+                continue
             mine = classes == c
             slots[mine] = sl
             band.live.put(sl, vids[mine])

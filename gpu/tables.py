@@ -44,19 +44,27 @@ class Tables:
         """Class ``cls``'s v->p row (what ``kernels.translate`` takes)."""
         return self.v2p[self.index[cls]]
 
-    def _scatter(self, v_idx: np.ndarray, v_val: np.ndarray, p_idx: np.ndarray, p_val: np.ndarray) -> None:
+    def _scatter(self, v_idx: np.ndarray, v_val: np.ndarray, p_idx: np.ndarray, p_val: np.ndarray,
+                 extra: np.ndarray | None = None) -> torch.Tensor | None:
+        """One upload of both tables' (index, value) pairs (and ``extra``, whose device slice is returned)."""
         n, m = len(v_idx), len(p_idx)
-        dev = self.staging.upload(np.concatenate([v_idx, v_val, p_idx, p_val]))
+        parts = [v_idx, v_val, p_idx, p_val] if extra is None else [v_idx, v_val, p_idx, p_val, extra]
+        dev = self.staging.upload(np.concatenate(parts))
         if m:
-            self.p2v.view(-1).index_copy_(0, dev[2 * n:2 * n + m], dev[2 * n + m:])
+            self.p2v.view(-1).index_copy_(0, dev[2 * n:2 * n + m], dev[2 * n + m:2 * (n + m)])
         if n:
             self.v2p.view(-1).index_copy_(0, dev[:n], dev[n:2 * n])
         self.launches += 2
+        return None if extra is None else dev[2 * (n + m):]
 
-    def bind(self, classes: np.ndarray, vids: np.ndarray, slots: np.ndarray) -> None:
-        """New pages ``(class index, vid, slot)``: both tables, one upload and two scatters."""
+    def bind(self, classes: np.ndarray, vids: np.ndarray, slots: np.ndarray,
+             extra: np.ndarray | None = None) -> torch.Tensor | None:
+        """New pages ``(class index, vid, slot)``: both tables, one upload and two scatters; ``extra`` rides in
+        the same upload (the allocator's zeroing list) and comes back as a device slice."""
         if len(vids):
-            self._scatter(classes * (self.n_vids + 1) + vids, slots, classes * (self.width + 1) + slots, vids)
+            return self._scatter(classes * (self.n_vids + 1) + vids, slots, classes * (self.width + 1) + slots,
+                                 vids, extra)
+        return None
 
     def unbind(self, classes: np.ndarray, vids: np.ndarray, slots: np.ndarray) -> None:
         """Freed pages: both entries back to -1."""

@@ -210,7 +210,7 @@ MUTANTS: tuple[Mutant, ...] = (
                   "        arr = np.array([v for v in vids if self._loc(v) is not None], dtype=np.int64)\n"),),
            lockstep="torch"),
     Mutant("recurrent-slot-not-zeroed", allocator_mod,
-           "zero_slots(self.mem.words, dev[a:b], self._chain[int(cs[a])].page_bytes)",
+           "zero_slots(self.mem.words, dev[a:a + k], self._chain[c].page_bytes)",
            "pass",
            "a new recurrent slot keeps the bytes of whatever page was there before (SGLang's mamba slots; "
            "allocator: lockstep on the torch path, an unwritten recurrent row must read 0)",
@@ -313,8 +313,8 @@ MUTANTS: tuple[Mutant, ...] = (
                   "        while k < n:\n"),),
            lockstep="torch", machine="batched"),
     Mutant("zeroing-misses-last-page-of-batch", allocator_mod,
-           "            zero_slots(self.mem.words, dev[a:b], self._chain[int(cs[a])].page_bytes)",
-           "            zero_slots(self.mem.words, dev[a:max(a, b - 1)], self._chain[int(cs[a])].page_bytes)",
+           "                zero_slots(self.mem.words, dev[a:a + k], self._chain[c].page_bytes)",
+           "                zero_slots(self.mem.words, dev[a:a + k - 1], self._chain[c].page_bytes)",
            "the per-step zeroing skips the last new page of each class: it is handed out with its previous "
            "owner's bytes (check_zeroing on both paths: every handed-out page reads zero on a dirtied arena)",
            kernel=check_zeroing),
