@@ -778,7 +778,11 @@ class SGLangArena:
             a = self.allocs[cls]
             if a.min_page_index <= vp < a.num_virtual_ids and int(a.virtual_to_physical[vp]) == -1:
                 with _cpu_streams():
-                    a.free(self._tokens(cls, [vp]))
+                    try:
+                        a.free(self._tokens(cls, [vp]))
+                    except AssertionError as e:  # refused (eager ENDs; docs/sglang-fixes/01, 02): the
+                        if "double-free" not in str(e):  # harness checks that the refusal changed nothing
+                            raise
 
     def slide(self, owner: str, cls: str, n: int) -> list[int]:
         held = self._owner(owner)
