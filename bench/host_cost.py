@@ -9,7 +9,8 @@ per-page bytes are negligible and what is timed is the allocator's host work), i
 implementations take turns in a shuffled order each repetition, so a busy machine slows all alike), medians
 and the interquartile range.
 
-* **decode step, every request crossing a page**: ``extend_batch`` of N owners by one full page each (the
+* **decode step, every request crossing a page**: ``extend_batch`` of N owners (their int handles, as an
+  engine passes request indices) by one full page each (the
   worst case: N new pages) — against the reference's N sequential ``extend`` calls and SGLang's
   ``MultiEndedAllocator.alloc`` of N pages (its composite ``alloc`` of N pages on CPU torch: the lower bound
   it can run here; its ``alloc_decode`` is GPU-only). Untimed between repetitions: the pages are freed.
@@ -58,7 +59,7 @@ class Sides:
         self.n = n
         self.gpu, self.ref = make(config), Arena(config)
         self.owners = [f"r{i}" for i in range(n)]
-        self.gpu.admit_batch(self.owners, np.zeros((n, len(self.gpu.order)), dtype=np.int64))
+        self.rows = self.gpu.admit_batch(self.owners, np.zeros((n, len(self.gpu.order)), dtype=np.int64)).rows
         for o in self.owners:
             self.ref.admit(o, {})
         self.full = self.gpu.order[-1]
@@ -74,10 +75,10 @@ class Sides:
 
     def gpu_step(self) -> float:
         t0 = time.perf_counter()
-        self.gpu.extend_batch(self.owners, self.demand)
+        self.gpu.extend_batch(self.rows, self.demand)  # the engine's int handles (admit_batch's result.rows)
         t = time.perf_counter() - t0
-        self.gpu.free_batch(self.owners)
-        self.gpu.admit_batch(self.owners, np.zeros_like(self.demand))
+        self.gpu.free_batch(self.rows)
+        self.rows = self.gpu.admit_batch(self.owners, np.zeros_like(self.demand)).rows
         return t
 
     def ref_step(self) -> float:
@@ -101,11 +102,11 @@ class Sides:
         return t
 
     def gpu_free(self) -> float:
-        self.gpu.extend_batch(self.owners, self.demand)
+        self.gpu.extend_batch(self.rows, self.demand)
         t0 = time.perf_counter()
-        self.gpu.free_batch(self.owners)
+        self.gpu.free_batch(self.rows)
         t = time.perf_counter() - t0
-        self.gpu.admit_batch(self.owners, np.zeros_like(self.demand))
+        self.rows = self.gpu.admit_batch(self.owners, np.zeros_like(self.demand)).rows
         return t
 
 
@@ -137,7 +138,7 @@ def decode_rows(config: object, ns: list[int], reps: int, rng: random.Random) ->
         g, r, fr = _stats(samples["gpu"]), _stats(samples["ref"]), _stats(samples["free"])
         sg = _stats(samples["sg"]) if "sg" in samples else None
         base = base or g[0]
-        launches = counts_per_call(s.gpu, lambda s=s: s.gpu.extend_batch(s.owners, s.demand))
+        launches = counts_per_call(s.gpu, lambda s=s: s.gpu.extend_batch(s.rows, s.demand))
         rows.append(f"| {n:,} | {_fmt(*g)} | {g[0] / base:.2f}x | {_fmt(*r)} | {r[0] / g[0]:.1f}x | "
                     + (f"{_fmt(*sg)} | {g[0] / sg[0]:.2f}x" if sg else f"not available ({s.sg_error[:60]}) | -")
                     + f" | {_fmt(*fr)} | {launches} |")
