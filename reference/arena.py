@@ -691,7 +691,7 @@ class Arena:
             "gen": sorted(self.gen.items()),
             "next_gen": self._next_gen,
             "refs": sorted(self.refs.items()),
-            "users": {u: (x.kind.value, [(h.cls, h.slot, h.vid) for h in x.holds])
+            "users": {u: (x.kind.value, [(h.cls, h.slot, h.vid, h.gen) for h in x.holds])
                       for u, x in sorted(self.users.items())},
             "free_vids": sorted(self._free_vids),
             "next_vid": self._next_vid,
@@ -699,4 +699,8 @@ class Arena:
         }
 
     def ceil_pages(self, cls: str, tokens: int) -> int:
-        return ceil_div(tokens, entries_per_page(self.classes[cls], self.config.page_size))
+        """Pages of class ``cls`` that ``tokens`` tokens fill."""
+        n = entries_per_page(self.classes[self._cls(cls)], self.config.page_size)
+        if not _is_int(tokens) or tokens < 0:
+            raise InvalidArgumentError(f"ceil_pages: tokens {tokens!r} must be an int >= 0 (a token count)")
+        return ceil_div(tokens, n)

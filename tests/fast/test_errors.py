@@ -16,6 +16,7 @@ raise the right class but their message names no fix (xfail, strict, in the mess
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 import re
 from collections.abc import Callable
@@ -285,6 +286,14 @@ CASES: list[Case] = [
          lambda a, c: a.translate_token("window", c["f"][0] * PS)),
     Case("translate-token-unknown-class", InvalidArgumentError, lambda a, c: a.translate_token("nope", 0)),
     Case("page-offset-unknown-class", InvalidArgumentError, lambda a, c: a.page_offset("nope", 0)),
+    Case("page-offset-negative", InvalidArgumentError, lambda a, c: a.page_offset("full", -1)),
+    Case("page-offset-past-the-grid", InvalidArgumentError, lambda a, c: a.page_offset("full", 16)),  # top 16
+    Case("page-offset-float", InvalidArgumentError, lambda a, c: a.page_offset("full", 1.0)),
+    Case("page-offset-bool", InvalidArgumentError, lambda a, c: a.page_offset("full", True)),
+    Case("ceil-pages-unknown-class", InvalidArgumentError, lambda a, c: a.ceil_pages("nope", 4)),
+    Case("ceil-pages-negative", InvalidArgumentError, lambda a, c: a.ceil_pages("full", -1)),
+    Case("ceil-pages-float", InvalidArgumentError, lambda a, c: a.ceil_pages("full", 4.0)),
+    Case("ceil-pages-bool", InvalidArgumentError, lambda a, c: a.ceil_pages("full", True)),
     # -- plan_admission (public, read-only) ---------------------------------------------------
     Case("plan-negative", InvalidArgumentError, lambda a, c: a.plan_admission({"full": -1})),
     Case("plan-unknown-class", InvalidArgumentError, lambda a, c: a.plan_admission({"nope": 1})),
@@ -482,3 +491,23 @@ def test_admission_rejected_shortfall_is_what_is_missing() -> None:
     with pytest.raises(AdmissionRejectedError) as exc:
         a.admit("n", {"full": 5})
     assert exc.value.shortfall == {"full": 3} and exc.value.shortfall_bytes == 3 * 256
+
+
+def test_ceil_pages_and_page_offset_in_range() -> None:
+    """The helpers' valid ranges, next to their refusals in CASES."""
+    a, _ctx = busy()
+    assert [a.ceil_pages("full", t) for t in (0, 1, PS, PS + 1)] == [0, 1, 1, 2]
+    assert a.ceil_pages("state", 0) == 0 and a.ceil_pages("state", 1) == 1
+    assert a.page_offset("full", 0) == 0 and a.page_offset("full", 15) == 15 * 256
+
+
+def test_snapshot_names_each_holds_serial() -> None:
+    """A hold is (class, slot, page, allocation serial): two states that differ in a serial only differ."""
+    a, ctx = busy()
+    v = ctx["f"][1]
+    kind, holds = a.snapshot()["users"]["u"]
+    assert kind == "forward_read" and holds == [(*a.translate(v), v, a.gen[v])]
+    b, _ctx = busy()
+    u = b.users["u"]
+    b.users["u"] = dataclasses.replace(u, holds=tuple(dataclasses.replace(h, gen=h.gen + 1) for h in u.holds))
+    assert a.snapshot() != b.snapshot()
