@@ -69,7 +69,8 @@ ENGINES: dict[str, EngineKind] = {
     "unified": EngineKind("unified", "kvarena-reference", _unified),
     # vLLM frees skipped blocks every step (remove_skipped_blocks) and has no mamba tracking slots
     "vllm": EngineKind("vllm", "kvarena vLLM-style model", lambda cfg, _p: VllmPool(cfg),
-                       {"swa_eviction_interval": None, "state_slots": 1, "max_running": None}),
+                       {"swa_eviction_interval": None, "state_slots": 1, "max_running": None,
+                        "swa_admission": False}),
 }
 
 

@@ -20,12 +20,14 @@ class Pager:
     are freed (SGLang's ``SGLANG_SWA_EVICTION_INTERVAL``, rules.swa_eviction_due); None frees every
     page as soon as it leaves the window (vLLM's ``remove_skipped_blocks``)."""
 
-    def __init__(self, alloc, swa_eviction_interval: int | None = None, state_slots: int = 1) -> None:
-        self.alloc = alloc
+    def __init__(self, alloc, swa_eviction_interval: int | None = None, state_slots: int = 1,
+                 evict_first: bool = False) -> None:
+        self.alloc, self.evict_first = alloc, evict_first
         cfg = alloc.config
         self.pt = getattr(alloc, "page_tokens", cfg.page_size)  # tokens per page of token classes
         self.full = next(c.name for c in cfg.model.classes if c.kind is Kind.FULL)
         windows = [c for c in cfg.model.classes if c.kind is Kind.WINDOW]
+        self.windows = {c.name: c.window for c in windows}
         # a window of W tokens touches at most ceil(W / pt) + 1 pages: keep the newest that many
         self.keep = {c.name: -(-c.window // self.pt) + 1 for c in windows}
         # lazy: out-of-window pages go only once the interval's worth piled up past the window
@@ -40,15 +42,23 @@ class Pager:
     def pages(self, tokens: int) -> int:
         return -(-tokens // self.pt)
 
-    def prompt_demand(self, tokens: int) -> dict[str, int]:
-        """Pages a prompt of ``tokens`` holds once prefilled (window pages trimmed to the window)."""
+    def prompt_demand(self, tokens: int, window_tokens: dict[str, int] | None = None) -> dict[str, int]:
+        """Pages a prompt of ``tokens`` holds once prefilled (window pages trimmed to the window), or
+        with ``window_tokens`` the window-class tokens admission must find free (rules.swa_admission_tokens)."""
         full = self.pages(tokens)
-        return {self.full: full, **{w: min(full, k) for w, k in self.keep.items()},
-                **dict.fromkeys(self.state, self.state_slots)}
+        win = ({w: self.pages(n) for w, n in window_tokens.items()} if window_tokens is not None
+               else {w: min(full, k) for w, k in self.keep.items()})
+        return {self.full: full, **win, **dict.fromkeys(self.state, self.state_slots)}
 
-    def step_demand(self, crossing: int) -> dict[str, int]:
-        """Pages a decode step needs when ``crossing`` requests cross a page boundary."""
-        return {self.full: crossing, **dict.fromkeys(self.keep, crossing)}
+    def step_demand(self, crossing: list[int]) -> dict[str, int]:
+        """Pages a decode step needs when the requests ``crossing`` cross a page boundary (net of the
+        window pages they free first, with ``evict_first``)."""
+        out = {self.full: len(crossing), **dict.fromkeys(self.keep, len(crossing))}
+        if self.evict_first:
+            for rid in crossing:
+                for w, n in self.due(rid).items():
+                    out[w] -= n
+        return {c: max(0, n) for c, n in out.items()}
 
     def fits(self, demand: dict[str, int], reserve_tokens: int) -> bool:
         """Admission headroom: free memory covers ``demand`` plus a decode reserve of full-attention tokens."""
@@ -86,18 +96,27 @@ class Pager:
         return 1 + (0 if transient else self.trim(rid))
 
     def grow_one(self, rid: int) -> int:
-        """One more full page (and one page per window class), then the window slides. Returns ops."""
+        """One more full page (and one page per window class). Out-of-window pages go first (SGLang's
+        ``alloc_for_decode_default`` runs ``maybe_evict_swa`` before allocating) with ``evict_first``, else
+        after. Returns allocator calls."""
+        ops = self.trim(rid, extra=1) if self.evict_first else 0
         got = self.alloc.extend(f"r{rid}", {self.full: 1, **dict.fromkeys(self.keep, 1)}).pages
         v = self.vids[rid]
         for c, vs in got.items():
             v[c].extend(vs)
-        return 1 + self.trim(rid)
+        return 1 + ops + (0 if self.evict_first else self.trim(rid))
 
-    def trim(self, rid: int) -> int:
-        """Slide out window pages wholly outside the window (once past the slack). Returns allocator calls."""
+    def due(self, rid: int) -> dict[str, int]:
+        """Window pages the next page crossing of ``rid`` frees before it allocates."""
+        v = self.vids[rid]
+        return {w: n for w, k in self.keep.items() if (n := len(v[w]) + 1 - k) > self.slack[w]}
+
+    def trim(self, rid: int, extra: int = 0) -> int:
+        """Slide out window pages wholly outside the window (once past the slack), counting ``extra`` pages
+        about to be added. Returns allocator calls."""
         v, ops = self.vids[rid], 0
         for w, k in self.keep.items():
-            if (n := len(v[w]) - k) > self.slack[w]:
+            if (n := len(v[w]) + extra - k) > self.slack[w] and n <= len(v[w]):
                 self.alloc.slide(f"r{rid}", w, n)
                 del v[w][:n]
                 ops += 1

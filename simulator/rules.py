@@ -123,6 +123,16 @@ def swa_eviction_due(seqlen: int, window: int, evicted: int, interval: int = SWA
     return seqlen - 1 - window >= evicted + interval
 
 
+def swa_admission_tokens(extend: int, max_new: int, window: int, page_size: int, chunk: int | None) -> int:
+    """Window-pool tokens a new request must find free to be admitted (split SWA pool or the shared arena).
+
+    srt/mem_cache/prefill_budget.py ``estimate_swa_kv_tokens`` (called by ``SWAPrefillBudget.check_prefill``
+    and ``SharedSWAPrefillBudget``): the prompt tail this pass allocates beyond the window
+    (``max(min(extend, chunk) - W, 0)``), plus ``min(extend + max_new, W)``, plus a page."""
+    allocated = extend if chunk is None else min(extend, chunk)
+    return max(allocated - window, 0) + min(extend + max_new, window) + page_size
+
+
 def page_size_on_hopper(model: str) -> int:
     """The page size SGLang picks on an H100/H200 (sm90) when --page-size is not given.
 

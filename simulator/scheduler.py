@@ -46,6 +46,8 @@ class SchedulerModel:
     mixed_chunk: bool = rules.ENABLE_MIXED_CHUNK  # decode in prefill steps too (SGLang: off)
     transient_window: bool = True  # a prefill chunk holds window pages for all its tokens during its forward
     swa_eviction_interval: int | None = rules.SWA_EVICTION_INTERVAL  # None: free window pages at once
+    swa_admission: bool = True  # window headroom per new request: rules.swa_admission_tokens (else its pages)
+    evict_before_alloc: bool = True  # a decode step frees out-of-window pages before it allocates
     new_token_ratio: tuple[float, float, float] = rules.new_token_ratio_schedule()  # initial, floor, decay
     ratio_after_retract: str = "estimate"  # "estimate": rules.ratio_after_retract; "reset": back to initial
     decay_on_decode_only: bool = True  # decay on decode steps without retraction only (else every step)
@@ -67,7 +69,8 @@ class SchedulerModel:
 SIMPLE = SchedulerModel(prefill_chunk=None, mixed_chunk=True, transient_window=False, swa_eviction_interval=None,
                         new_token_ratio=(0.7, 0.1, 0.001), ratio_after_retract="reset", decay_on_decode_only=False,
                         reset_ratio_when_idle=False, ignore_eos_at_one=False, new_request_in_full=False,
-                        retraction="newest", check_decode_mem=False, clip_new_tokens=None, state_slots=1)
+                        retraction="newest", check_decode_mem=False, clip_new_tokens=None, state_slots=1,
+                        swa_admission=False, evict_before_alloc=False)
 
 
 class SchedulerInvariantError(Exception):
@@ -160,7 +163,7 @@ class Scheduler:
         self.alloc, self.source, self.label, self.m = alloc, source, label, model
         self.cost, self.progress, self.sampler, self.sample_every = cost, progress, sampler, sample_every
         self.check_fn = check or default_check
-        self.pg = Pager(alloc, model.swa_eviction_interval, model.state_slots)
+        self.pg = Pager(alloc, model.swa_eviction_interval, model.state_slots, model.evict_before_alloc)
         self.pt, self.clip = self.pg.pt, model.clip_new_tokens
         self.res = RunResult(label, requests=source.total)
         self.reqs: list[_Req] = []
@@ -349,7 +352,7 @@ class Scheduler:
 
     def check_decode_mem(self, crossing: list[tuple[_Req, int]]) -> None:
         """Retract in victim order until this step's page needs fit (``ScheduleBatch.retract_decode``)."""
-        while not self.pg.fits(self.pg.step_demand(sum(ep == r.epoch for r, ep in crossing)), 0):
+        while not self.pg.fits(self.pg.step_demand([r.rid for r, ep in crossing if ep == r.epoch]), 0):
             victim = self.victim()
             if victim is None:
                 return
@@ -412,7 +415,7 @@ class Scheduler:
             if cap is not None and len(self.active) >= cap:
                 return
             r = self.queue[0]
-            if self.active and not self.pg.fits(self.pg.prompt_demand(r.input), self.reserve_tokens(r)):
+            if self.active and not self.pg.fits(self.admission_demand(r, budget), self.reserve_tokens(r)):
                 self.res.rejected_headroom += 1
                 return
             r.admit_step, r.pos = self.step, len(self.pool)
@@ -431,6 +434,14 @@ class Scheduler:
             if self.chunked:
                 return
             budget = None if budget is None else budget - got
+
+    def admission_demand(self, r: _Req, chunk: int | None) -> dict[str, int]:
+        """Pages the queue head must find free (its prompt; the SGLang window estimate per window class)."""
+        if not (self.m.swa_admission and self.pg.windows):
+            return self.pg.prompt_demand(r.input)
+        new = self.out_reserve(r.cap)
+        return self.pg.prompt_demand(r.input, {w: rules.swa_admission_tokens(r.input, new, n, self.pt, chunk)
+                                               for w, n in self.pg.windows.items()})
 
     def enqueue(self) -> None:
         for a in self.source.due(self.clock):

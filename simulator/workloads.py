@@ -150,7 +150,7 @@ def _fixed(i: int, o: int) -> Lengths:
 
 _GPT_OSS_MAX = dict(model="gpt-oss-20b", lengths=_fixed(1024, 1024), clients=None, requests=6000)
 # Fitted by simulator/calibrate.py (the command in its docstring); see README "Capacity simulator".
-_GPT_OSS_CAL = Calibration(0.0, "split pools' max active requests = 618 (published split figure)")
+_GPT_OSS_CAL = Calibration(52.16, "split pools' max active requests = 618")
 
 PRESET_WORKLOADS: dict[str, Workload] = {w.name: w for w in (
     Workload("qwen3.5-4b-1k-256", "qwen3.5-4b", "short prompts, short outputs: memory is not the limit",
@@ -161,11 +161,11 @@ PRESET_WORKLOADS: dict[str, Workload] = {w.name: w for w in (
              published=Published("max_active", 1000, 618, "~1,000 vs 618 concurrent requests")),
     Workload("qwen3.5-4b-16k-4k", "qwen3.5-4b", "long prompts: full-attention KV dominates",
              _fixed(16384, 4096), 64, requests=320,
-             calibration=Calibration(0.0, "split pools' mean active requests = 22 (published split figure)"),
+             calibration=Calibration(29.73, "split pools' mean active requests = 22 (22.7 at this budget)"),
              published=Published("mean_active", 32, 22, "32 vs 22 active requests")),
     Workload("qwen3.5-4b-512-16k", "qwen3.5-4b", "long outputs: decode outgrows admission, retractions",
              _fixed(512, 16384), 51, requests=255,
-             calibration=Calibration(0.0, "split pools' retractions per 1,000 = 294 (published split figure)"),
+             calibration=Calibration(32.36, "split pools' retractions per 1,000 = 294 (286 at this budget)"),
              published=Published("retractions_per_1k", 233, 294, "~233 vs ~294 retractions per 1,000")),
     Workload("gpt-oss-20b-ratio", summary="--swa-full-tokens-ratio 0.1 vs the default 0.8, workload of gpt-oss-20b-max",
              swa_ratios=(DEFAULT_SWA_FULL_TOKENS_RATIO, 0.1), **_GPT_OSS_MAX, calibration=_GPT_OSS_CAL,

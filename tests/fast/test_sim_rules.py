@@ -63,6 +63,9 @@ def test_constants_match_the_installed_sglang(rel: str, pattern: str, value: flo
     ("srt/mem_cache/kv_cache_configurator.py", 'slack_gb = pre_model_load_memory * (1 - get_schedule().mem_fraction'),
     ("srt/managers/schedule_batch.py", ">= req.kv.get_evicted_seqlen(ComponentType.SWA) + eviction_interval"),
     ("srt/arg_groups/overrides.py", 'return {"page_size": 1}'),
+    ("srt/mem_cache/prefill_budget.py", "allocated_tail = max(allocated - sliding_window_size, 0)"),
+    ("srt/mem_cache/prefill_budget.py", "+ min(extend_input_len + max_new_tokens, sliding_window_size)"),
+    ("srt/mem_cache/allocation.py", '"""\n\n    batch.maybe_evict_swa()\n\n    seq_lens_gpu = batch.seq_lens'),
 ])
 def test_rule_text_is_in_the_installed_sglang(rel: str, text: str) -> None:
     assert text in _sglang_src(rel)
@@ -82,6 +85,9 @@ def test_rule_values() -> None:
     assert rules.swa_eviction_due(128 + 128 + 1, 128, 0) and not rules.swa_eviction_due(128 + 127 + 1, 128, 0)
     assert rules.kv_budget_bytes(100, 0.9, 20) == 70
     assert rules.page_size_on_hopper("gpt-oss-20b") == 1
+    assert rules.swa_admission_tokens(1024, 1024, 128, 64, 8192) == 896 + 128 + 64
+    assert rules.swa_admission_tokens(1024, 1024, 128, 64, 512) == 384 + 128 + 64
+    assert rules.swa_admission_tokens(50, 10, 128, 1, None) == 61
 
 
 # ---- each rule changes what the model does ---------------------------------------------------------
@@ -204,3 +210,16 @@ def test_closed_loop_keeps_clients_busy() -> None:
     src = ClosedLoop(4, 20, lambda i: (200, 30 + i))
     r = run(Arena(GPT), src, "t", SchedulerModel(check_every=1), cost=CostModel(GPT.model))
     assert r.completed == 20 and r.max_active == 4 and len(r.e2e) == 20 and len(r.tpot) == 20
+
+
+def test_swa_rules_relieve_a_tight_window_pool() -> None:
+    """At --swa-full-tokens-ratio 0.1 the window pool binds: admitting on SGLang's window estimate and
+    freeing out-of-window pages before allocating each cut the retractions."""
+    cfg = ArenaConfig(preset("gpt-oss-20b"), 2 * GiB, swa_full_tokens_ratio=0.1, max_context_len=4096)
+    reqs = [Arrival(0.0, 1024, 600, ignore_eos=True) for _ in range(120)]
+    base = _run(cfg, reqs, SchedulerModel(), SplitPools)
+    late = _run(cfg, reqs, SchedulerModel(evict_before_alloc=False), SplitPools)
+    blind = _run(cfg, reqs, SchedulerModel(swa_admission=False), SplitPools)
+    assert base.completed == late.completed == blind.completed == 120
+    assert base.retractions < late.retractions
+    assert base.retractions < blind.retractions
