@@ -5,7 +5,10 @@ end); virtual page ids bound to physical slots; owners (requests, the prefix
 cache) holding virtual pages with reference counts; a ledger of users that hold
 physical addresses.  Every operation validates everything first and mutates
 only once it cannot fail, so a raised ``ArenaError`` leaves the state
-bit-identical.
+bit-identical (INV-REFUSAL-IS-NOOP).  The one write that precedes a check is a
+free followed by the policy's free-time plan, which the policy plans on the
+freed state: that free works on copies and puts the originals back if the plan
+is refused.
 """
 
 from __future__ import annotations

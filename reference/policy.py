@@ -32,7 +32,10 @@ class Policy(Protocol):
         ...
 
     def after_free(self, arena: Arena) -> Plan | None:
-        """Optional moves right after pages were freed (e.g. eager compaction); None for none."""
+        """Optional moves right after pages were freed (e.g. eager compaction); None for none.
+
+        The plan is validated with an empty demand (it may move pages, never place one); if it is refused, or
+        this hook raises, the free is undone with it and the caller gets the error."""
         ...
 
 
