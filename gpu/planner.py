@@ -263,6 +263,29 @@ def place(views: Sequence[View], demand: Mapping[str, int], hints: Mapping[str, 
 # Rung 2: pack an end band toward its anchor.
 
 
+def _pairs(band: Band, barrier: int | None, budget: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """The two pointers of ``compact_end`` at once: the i-th farthest live page beyond the barrier fills the
+    i-th nearest hole while that hole is nearer the anchor (a condition that holds for a prefix of i, since
+    holes get farther and sources nearer): ``(sources, holes)``, numpy over the band's p->v."""
+    arr = band.live.arr  # type: ignore[attr-defined]
+    if band.role is Role.LOW:
+        lo = band.lo if barrier is None else max(band.lo, barrier + 1)
+        src = np.flatnonzero(arr[lo:band.hi] >= 0)[::-1] + lo  # farthest first
+        holes = np.asarray(band.holes[:len(src)], dtype=np.int64)  # nearest first
+        m = min(len(src), len(holes))
+        ok = holes[:m] < src[:m]
+    else:
+        hi = band.hi if barrier is None else min(band.hi, barrier)
+        src = np.flatnonzero(arr[band.lo:hi] >= 0) + band.lo
+        holes = np.asarray(band.holes[max(0, len(band.holes) - len(src)):][::-1], dtype=np.int64)
+        m = min(len(src), len(holes))
+        ok = holes[:m] > src[:m]
+    k = m if ok.all() else int(np.argmin(ok))
+    if budget is not None:
+        k = min(k, budget)
+    return src[:k].astype(np.int64), holes[:k]
+
+
 def compact_end(band: Band, barrier: int | None, read: Callable[[int], bool],
                 budget: int | None) -> tuple[list[tuple[int, int]], View]:
     """Two pointers: the farthest live page fills the hole nearest the anchor, while that hole is nearer the
@@ -272,24 +295,9 @@ def compact_end(band: Band, barrier: int | None, read: Callable[[int], bool],
     empty)."""
     up = band.role is Role.LOW
 
-    def nearer(a: int, b: int) -> bool:  # a is nearer the anchor than b
-        return a < b if up else a > b
-
-    cursor, step = (band.hi - 1, -1) if up else (band.lo, 1)
-    moves: list[tuple[int, int]] = []
-    for hole in (iter(band.holes) if up else reversed(band.holes)):
-        if budget is not None and len(moves) >= budget:
-            break
-        src = None
-        while nearer(hole, cursor) and (barrier is None or nearer(barrier, cursor)):
-            s, cursor = cursor, cursor + step
-            if s in band.live:
-                src = s
-                break
-        if src is None:
-            break
-        moves.append((src, hole))
-    filled = {d for _, d in moves}
+    srcs, dsts = _pairs(band, barrier, budget)
+    moves: list[tuple[int, int]] = list(zip(srcs.tolist(), dsts.tolist()))
+    filled = set(dsts.tolist())
     freed = sorted((s for s, _ in moves if not read(s)), reverse=not up)  # anchor order
     freed_set = set(freed)
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 import triton
 import triton.language as tl
@@ -71,14 +72,16 @@ def check_moves(src: Sequence[int], dst: Sequence[int], page_bytes: int, n_pages
         raise PlanError(f"page of {page_bytes} B is not a positive multiple of 8 B (pages are 32 B aligned)")
     if len(src) != len(dst):
         raise PlanError(f"{len(src)} sources but {len(dst)} destinations; pair each source with a destination")
-    bad = [p for p in (*src, *dst) if not 0 <= p < n_pages]
-    if bad:
-        raise PlanError(f"pages {sorted(set(bad))[:8]} are outside the grid of {n_pages} pages")
-    if len(set(dst)) != len(dst):
-        raise PlanError(f"a destination appears twice in {list(dst)[:16]}; each move needs its own page")
-    both = set(src) & set(dst)
-    if both:
-        raise PlanError(f"pages {sorted(both)[:8]} are both a source and a destination of one batch; "
+    s, d = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)  # vectorized: O(moves) numpy
+    every = np.concatenate([s, d])
+    bad = every[(every < 0) | (every >= n_pages)]
+    if len(bad):
+        raise PlanError(f"pages {sorted(set(bad.tolist()))[:8]} are outside the grid of {n_pages} pages")
+    if len(np.unique(d)) != len(d):
+        raise PlanError(f"a destination appears twice in {d[:16].tolist()}; each move needs its own page")
+    both = np.intersect1d(s, d)
+    if len(both):
+        raise PlanError(f"pages {both[:8].tolist()} are both a source and a destination of one batch; "
                         "split the moves into batches launched in order")
 
 

@@ -216,8 +216,8 @@ MUTANTS: tuple[Mutant, ...] = (
            "allocator: lockstep on the torch path, an unwritten recurrent row must read 0)",
            lockstep="torch"),
     Mutant("overlapping-move-check-removed", move_mod,
-           "    both = set(src) & set(dst)\n",
-           "    both: set[int] = set()\n",
+           "    both = np.intersect1d(s, d)\n",
+           "    both = np.zeros(0, dtype=np.int64)\n",
            "move_pages runs a batch in which a destination is also a source: its result depends on the order "
            "the programs run in (a race on a GPU). The allocator never forms such a batch, so lockstep cannot "
            "see it: the refusal gpu/'s kernel tests assert kills it, on both paths",
