@@ -286,7 +286,7 @@ def _pairs(band: Band, barrier: int | None, budget: int | None) -> tuple[np.ndar
     return src[:k].astype(np.int64), holes[:k]
 
 
-def compact_end(band: Band, barrier: int | None, read: Callable[[int], bool],
+def compact_end(band: Band, barrier: int | None, read: Callable[[int], bool] | None,
                 budget: int | None) -> tuple[list[tuple[int, int]], View]:
     """Two pointers: the farthest live page fills the hole nearest the anchor, while that hole is nearer the
     anchor than the page. Sources lie beyond the ``barrier`` (the farthest slot that cannot move: withheld or
@@ -297,20 +297,22 @@ def compact_end(band: Band, barrier: int | None, read: Callable[[int], bool],
 
     srcs, dsts = _pairs(band, barrier, budget)
     moves: list[tuple[int, int]] = list(zip(srcs.tolist(), dsts.tolist()))
-    filled = set(dsts.tolist())
-    freed = sorted((s for s, _ in moves if not read(s)), reverse=not up)  # anchor order
-    freed_set = set(freed)
+    kept = [s for s, _ in moves if read(s)] if read is not None else []  # sources with readers stay withheld
+    freed = sorted(set(srcs.tolist()) - set(kept), reverse=not up)  # anchor order
 
-    def vacant(s: int) -> bool:
-        return s in freed_set or (s not in filled and s in band.holes)
-
+    # the frontier retracts past the slots left vacant: neither live after the moves, nor withheld, nor kept
     lo, hi = band.lo, band.hi
+    occupied = band.live.arr[lo:hi] >= 0  # type: ignore[attr-defined]
+    occupied[srcs - lo] = False
+    occupied[dsts - lo] = True
+    for w in (*band.withheld, *kept):
+        if lo <= w < hi:
+            occupied[w - lo] = True
+    nz = np.flatnonzero(occupied)
     if up:
-        while hi > lo and vacant(hi - 1):
-            hi -= 1
+        hi = lo + (int(nz[-1]) + 1 if len(nz) else 0)
     else:
-        while lo < hi and vacant(lo):
-            lo += 1
+        lo = lo + (int(nz[0]) if len(nz) else hi - lo)
     count = len(band.holes) - len(moves) + len(freed) - (band.hi - hi) - (lo - band.lo)
     n_used = len(moves)
 
@@ -396,7 +398,8 @@ class Ladder:
         for i in (0, len(views) - 1):
             band = self.by_name[views[i].name]
             c = band.name
-            pairs, views[i] = compact_end(band, self.barrier(band), lambda s, c=c: self.ledger.readers[(c, s)] > 0,
+            read = (lambda s, c=c: self.ledger.readers[(c, s)] > 0) if self.ledger.readers else None
+            pairs, views[i] = compact_end(band, self.barrier(band), read,
                                           None if budget is None else budget - len(moves))
             moves += [Move(c, s, d) for s, d in pairs]
         return moves, views
