@@ -26,9 +26,9 @@ from kvarena.gpu.arena import DeviceArena
 from kvarena.gpu.batch import BatchOps
 from kvarena.gpu.graph import GraphStep
 from kvarena.gpu.hoststate import LiveMap, OwnerLog, VidPool
-from kvarena.gpu.kernels.move import check_moves, move_slots
 from kvarena.gpu.kernels.translate import translate_tokens
 from kvarena.gpu.kernels.zero import zero_slots
+from kvarena.gpu.moves import MoveOps, runs
 from kvarena.gpu.planner import Band, Ladder, Ledger, Role, View, cdiv, float_hints, place
 from kvarena.gpu.results import Admission, BatchResult, Hold, User
 from kvarena.gpu.staging import Staging
@@ -52,7 +52,7 @@ def _is_int(x: object) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
-class GpuArena(BatchOps):
+class GpuArena(BatchOps, MoveOps):
     """The unified arena on a torch device; the same observable behaviour as the spec, to the slot."""
 
     def __init__(self, config: ArenaConfig, device: str | torch.device = "cpu",
@@ -217,7 +217,7 @@ class GpuArena(BatchOps):
 
     # -- applying a plan: host bands first, then the device work in plan order ----------------------
     def _apply(self, plan: Plan) -> dict[str, list[int]]:
-        for cls, src, dst in _runs([m for m in plan.moves if m.cls not in plan.spans]):
+        for cls, src, dst in runs([m for m in plan.moves if m.cls not in plan.spans]):
             self._move_many(cls, src, dst)
         self._chain[0].absorb()
         self._chain[-1].absorb()
@@ -283,71 +283,6 @@ class GpuArena(BatchOps):
         for s in [*band.holes.irange(band.lo, t - 1), *band.holes.irange(end, band.hi - 1)]:
             band.holes.remove(s)
         band.lo, band.hi = t, end
-
-    def _move(self, m: Move) -> None:
-        band = self.bands[m.cls]
-        vid = band.live.pop(m.src)
-        band.holes.remove(m.dst)
-        band.live[m.dst] = vid
-        self.vslot[vid] = m.dst
-        self._vacate(band, m.src)
-
-    def _move_many(self, cls: str, src: np.ndarray, dst: np.ndarray) -> None:
-        """Host side of a run of moves of one class in which no slot is both a source and a destination: the
-        p->v and v->p mirrors in three vectorized stores, the holes rebuilt once (a run that is not like that
-        goes move by move)."""
-        if len(src) < 8 or np.isin(src, dst).any() or len(np.unique(dst)) != len(dst):
-            for s, d in zip(src.tolist(), dst.tolist()):
-                self._move(Move(cls, s, d))
-            return
-        band = self.bands[cls]
-        arr = band.live.arr  # type: ignore[attr-defined]
-        vids = arr[src]
-        arr[dst] = vids
-        arr[src] = -1
-        self.vslot[vids] = dst
-        holes = np.asarray(band.holes, dtype=np.int64)
-        band.holes.clear()
-        band.holes.update(holes[~np.isin(holes, dst)].tolist())
-        self._vacate_many(band, src)
-
-    def _device_moves(self, moves: Sequence[Move]) -> None:
-        """Bytes and tables of the plan's moves, in plan order, batched: a batch is one class and no slot in it
-        is both a source and a destination (rung-3 destinations may reuse bytes rung-2 sources left)."""
-        for cls, src, dst in _runs(moves):
-            self._device_run(cls, src, dst)
-
-    def _device_run(self, cls: str, src_all: np.ndarray, dst_all: np.ndarray) -> None:
-        i, n_all = 0, len(src_all)
-        while i < n_all:
-            if not np.isin(src_all[i:], dst_all[i:]).any() and len(np.unique(dst_all[i:])) == n_all - i:
-                j = n_all  # the rest is one batch (the rung-2 case: sources live, destinations holes)
-            else:
-                srcs: set[int] = set()
-                dsts: set[int] = set()
-                j = i
-                while j < n_all and int(src_all[j]) not in dsts and int(dst_all[j]) not in srcs \
-                        and int(dst_all[j]) not in dsts:
-                    srcs.add(int(src_all[j]))
-                    dsts.add(int(dst_all[j]))
-                    j += 1
-            self._device_batch(cls, src_all[i:j], dst_all[i:j])
-            i = j
-
-    def _device_batch(self, cls: str, src: np.ndarray, dst: np.ndarray) -> None:
-        """One launch: the pages' bytes and both tables (the fused remap), after the host refused a batch one
-        launch cannot run correctly."""
-        band = self.bands[cls]
-        check_moves(src, dst, band.page_bytes, self.mem.words.numel() * 8 // band.page_bytes)
-        n = len(src)
-        dev = self.staging.upload(np.concatenate([src, dst, band.live.arr[dst]]))  # type: ignore[attr-defined]
-        c = self.cidx[cls]
-        move_slots(self.mem.words, dev[:n], dev[n:2 * n], band.page_bytes,
-                   remap=(dev[2 * n:], self.tables.v2p[c], self.tables.p2v[c]))
-        rung = 3 if band.role is Role.FLOAT else 2  # floats move only at rung 3, ends at 2
-        self.stats["moves"][rung] += n
-        self.stats["bytes_moved"][rung] += n * band.page_bytes
-        self.stats["move_launches"] += 1
 
     def _vacate(self, band: Band, slot: int) -> None:
         """A slot whose page left: withheld while a ledger user still holds it, else a hole."""
@@ -613,21 +548,6 @@ class GpuArena(BatchOps):
         return Observation(v2p=v2p, spans={n: (b.lo, b.hi) for n, b in self.bands.items()},
                            holes={n: tuple(b.holes) for n, b in self.bands.items()},
                            withheld={n: tuple(sorted(b.withheld)) for n, b in self.bands.items()})
-
-
-def _runs(moves: Sequence[Move]) -> list[tuple[str, np.ndarray, np.ndarray]]:
-    """Consecutive moves of one class as (class, sources, destinations), in plan order."""
-    out: list[tuple[str, np.ndarray, np.ndarray]] = []
-    i = 0
-    while i < len(moves):
-        j = i
-        while j < len(moves) and moves[j].cls == moves[i].cls:
-            j += 1
-        run = moves[i:j]
-        out.append((moves[i].cls, np.fromiter((m.src for m in run), np.int64, len(run)),
-                    np.fromiter((m.dst for m in run), np.int64, len(run))))
-        i = j
-    return out
 
 
 def make(config: ArenaConfig, device: str | torch.device = "cpu", graph_width: int | None = None) -> GpuArena:

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 import kvarena.gpu.allocator as gpu_allocator
+import kvarena.gpu.moves as gpu_moves
 from kvarena.conformance.adapter import observe_reference
 from kvarena.gpu.kernels import use_interpreter
 from kvarena.reference.arena import Arena
@@ -267,14 +268,14 @@ def _fails(model: str, seeds: range = range(3), steps: int = 200) -> str:
 
 
 def test_a_torn_move_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = gpu_allocator.move_slots
+    real = gpu_moves.move_slots
 
     def torn(words, src, dst, page_bytes, **kw):  # copies all but the last 8 bytes of each page
         real(words, src, dst, page_bytes, **kw)
         for d in dst.tolist():
             words[d * page_bytes // 8 + page_bytes // 8 - 1] = words[d * page_bytes // 8] ^ 0x5A
 
-    monkeypatch.setattr(gpu_allocator, "move_slots", torn)
+    monkeypatch.setattr(gpu_moves, "move_slots", torn)
     assert _fails("toy-swa"), "a move that leaves bytes behind went unnoticed"
 
 
@@ -284,8 +285,8 @@ def test_a_skipped_zeroing_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_a_lost_table_remap_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = gpu_allocator.move_slots
-    monkeypatch.setattr(gpu_allocator, "move_slots", lambda *a, remap=None, **k: real(*a, **k))  # bytes only
+    real = gpu_moves.move_slots
+    monkeypatch.setattr(gpu_moves, "move_slots", lambda *a, remap=None, **k: real(*a, **k))  # bytes only
     assert "observations differ" in _fails("toy-swa")
 
 

@@ -46,14 +46,16 @@ import kvarena.gpu.kernels.alloc as alloc_mod
 import kvarena.gpu.kernels.move as move_mod
 import kvarena.gpu.kernels.translate as translate_mod
 import kvarena.gpu.kernels.zero as zero_mod
+import kvarena.gpu.moves as moves_mod
 import kvarena.gpu.planner as planner_mod
 import kvarena.gpu.staging as staging_mod
 import kvarena.gpu.tables as tables_mod
 from kvarena.spec.errors import PlanError
 from kvarena.spec.models import ArenaConfig, preset
 
-GPU_MODULES: tuple[types.ModuleType, ...] = (allocator_mod, arena_mod, batch_mod, planner_mod, staging_mod,
-                                             tables_mod, kernels, move_mod, zero_mod, translate_mod, alloc_mod)
+GPU_MODULES: tuple[types.ModuleType, ...] = (allocator_mod, arena_mod, batch_mod, moves_mod, planner_mod,
+                                             staging_mod, tables_mod, kernels, move_mod, zero_mod, translate_mod,
+                                             alloc_mod)
 KERNELS = {move_mod: "move_pages_kernel", zero_mod: "zero_pages_kernel", translate_mod: "translate_kernel",
            alloc_mod: "alloc_tokens_kernel"}
 SEEDS = (0, 1, 2)
