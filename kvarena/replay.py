@@ -1,7 +1,7 @@
 """``kvarena replay``: one mixed trace through the unified arena and the split-pool baseline.
 
 A deliberately simple step-driven scheduler (FIFO, head-of-line admission, one
-token per request per step, retract-newest on decode OOM; kvarena/scheduler.py,
+token per request per step, retract-newest on decode OOM; kvarena/simulator/scheduler.py SIMPLE,
 shared with ``kvarena simulate``) drives both allocators through the same API;
 the invariants are checked as it goes.
 """
