@@ -107,3 +107,17 @@ def test_wide_tables_wrap(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     table_lines = [line for line in out.splitlines() if not line.startswith(("  ", "==", "kvarena", "   "))]
     assert table_lines and max(len(line) for line in table_lines) <= 100  # capsys is no terminal: CI width
+
+
+@pytest.mark.parametrize("cmd", ["simulate", "replay"])
+def test_help_needs_only_the_core_dependency(cmd: str) -> None:
+    """`--help` with every optional dependency made unimportable (the command modules import nothing heavy)."""
+    import subprocess
+    import sys
+
+    blocked = ("matplotlib", "numpy", "torch", "triton", "hypothesis", "z3", "crosshair", "sglang")
+    code = (f"import sys\nfor m in {blocked!r}: sys.modules[m] = None\n"
+            f"from kvarena.cli import main\nmain([{cmd!r}, '--help'])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "examples:" in out.stdout
