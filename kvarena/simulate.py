@@ -140,6 +140,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--check-every", type=int, default=0,
                    help="steps between full invariant checks (default 0: at the end of each run only)")
     p.add_argument("--seed", type=int, default=0, help="seed of the forward-pass ledger picks and drawn lengths")
+    p.add_argument("--jobs", type=int, default=1, metavar="N",
+                   help="run a workload's configurations in N local processes (default 1; progress is per "
+                        "workload then)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=main)
 
@@ -204,6 +207,8 @@ def check_args(args: argparse.Namespace) -> None:
         raise UsageError(f"--request-rate {args.request_rate:g} must be > 0 requests per second")
     if args.request_rate is not None and args.concurrency:
         raise UsageError("--concurrency and --request-rate are two arrival processes; pass one")
+    if args.jobs < 1:
+        raise UsageError(f"--jobs {args.jobs} must be >= 1 (processes on this machine)")
     if args.requests is not None and args.requests < 1:
         raise UsageError(f"--requests {args.requests} must be >= 1")
 
@@ -320,7 +325,7 @@ def main(args: argparse.Namespace) -> int:
             check_capacity(w, capacity, args)
             bar = None if args.quiet else ProgressBar(f"[{i + 1}/{len(loads)} {w.name}] ")
             rep = simulate(w, capacity, budget, args.page_size, args.seed, args.scale, args.ratio_sweep,
-                           bool(args.plots), args.check_every, bar, policies, model)
+                           bool(args.plots), args.check_every, bar, policies, model, args.jobs)
             reports.append(rep)
             if not args.json:
                 if i == 0:

@@ -90,29 +90,60 @@ def engine_model(base: SchedulerModel, c: Configuration, cfg: ArenaConfig) -> Sc
     return replace(model, **ENGINES[c.kind].scheduler_overrides)
 
 
+@dataclass(frozen=True)
+class _Job:
+    """One configuration's run: everything a worker process needs."""
+
+    w: Workload
+    c: Configuration
+    capacity: int
+    page_size: int
+    context: int
+    seed: int
+    scale: float
+    plots: bool
+    base: SchedulerModel
+
+
+def run_configuration(job: _Job, progress: Callable[[str, int, int, int, int], None] | None = None
+                      ) -> tuple[Outcome, dict[str, object]]:
+    """Run one configuration; returns its outcome and, for the vLLM model, its page geometry."""
+    w, c = job.w, job.c
+    alloc = c.build(w.model, job.capacity, job.page_size, job.context)
+    info: dict[str, object] = {}
+    if isinstance(alloc, VllmPool):
+        g = alloc.geometry
+        info = {"block_tokens": g.block_tokens, "page_bytes": g.page_bytes, "groups": g.groups,
+                "padding_bytes": {n: alloc.padding_bytes(n) for n in alloc.order}}
+    series = Series() if job.plots else None
+    m = engine_model(job.base, c, alloc.config)
+    r = run(alloc, w.source(job.scale, job.seed), c.label, m, seed=job.seed, cost=CostModel(preset(w.model)),
+            progress=progress, sampler=series, sample_every=1 if job.plots else 0)
+    return outcome(c, r, series.data if series else {}, ENGINES[c.kind].implementation, m.max_running), info
+
+
 def simulate(w: Workload, capacity: int, budget: str, page_size: int = 64, seed: int = 0, scale: float = 1.0,
              sweep: bool = False, plots: bool = False, check_every: int = 0,
              progress: Callable[[str, int, int, int, int], None] | None = None,
-             policies: tuple[str, ...] = DEFAULT_POLICIES, model: SchedulerModel | None = None) -> Report:
+             policies: tuple[str, ...] = DEFAULT_POLICIES, model: SchedulerModel | None = None,
+             jobs: int = 1) -> Report:
+    """Every configuration of ``w`` at ``capacity`` bytes; ``jobs`` > 1 runs them in that many local
+    processes (each run is deterministic and independent, so the report is the same)."""
     context = w.max_context()
-    cost = CostModel(preset(w.model))
     base = replace(model or SchedulerModel(), check_every=check_every, stall_steps=max(50_000, 4 * context))
     if not any(c.kind is Kind.RECURRENT for c in preset(w.model).classes):
         base = replace(base, state_slots=1)
-    outcomes: list[Outcome] = []
-    vllm_info: dict[str, object] = {}
-    for c in configurations(w, sweep, policies):
-        alloc = c.build(w.model, capacity, page_size, context)
-        if isinstance(alloc, VllmPool):
-            g = alloc.geometry
-            vllm_info = {"block_tokens": g.block_tokens, "page_bytes": g.page_bytes, "groups": g.groups,
-                         "padding_bytes": {n: alloc.padding_bytes(n) for n in alloc.order}}
-        series = Series() if plots else None
-        m = engine_model(base, c, alloc.config)
-        r = run(alloc, w.source(scale, seed), c.label, m, seed=seed, cost=cost, progress=progress,
-                sampler=series, sample_every=1 if plots else 0)
-        outcomes.append(outcome(c, r, series.data if series else {}, ENGINES[c.kind].implementation,
-                                m.max_running))
+    work = [_Job(w, c, capacity, page_size, context, seed, scale, plots, base)
+            for c in configurations(w, sweep, policies)]
+    if jobs > 1 and len(work) > 1:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(max_workers=min(jobs, len(work))) as pool:
+            done = list(pool.map(run_configuration, work))
+    else:
+        done = [run_configuration(j, progress) for j in work]
+    outcomes = [o for o, _ in done]
+    vllm_info = next((info for _, info in done if info), {})
     regions = split_regions(ArenaConfig(preset(w.model), capacity, page_size, max_context_len=context))
     sweep_labels = {c.label for c in configurations(w, True, policies) if c.sweep}
     return Report(w, capacity, budget, context, page_size, outcomes, regions, vllm_info, sweep_labels)

@@ -89,3 +89,14 @@ def test_table_shows_the_percentiles(capsys: pytest.CaptureFixture[str]) -> None
                  "8"]) == 0
     out = capsys.readouterr().out
     assert "TTFT p50 / p90 / p99 (s)" in out and "TPOT p50 / p99 (ms)" in out and "@c4" in out
+
+
+def test_jobs_run_configurations_in_parallel_with_the_same_report(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--workload", "gpt-oss-20b-ratio", "--scale", "0.004", "--capacity-gib", "2"]
+    one, two = _json(capsys, argv), _json(capsys, [*argv, "--jobs", "2"])
+
+    def strip(d: dict) -> dict:
+        return {k: {c: {f: v for f, v in r.items() if f != "wall_s"} for c, r in w["results"].items()}
+                for w in d["workloads"] for k in [w["workload"]]}
+
+    assert strip(one) == strip(two) and len(one["workloads"][0]["results"]) == 5
