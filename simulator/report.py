@@ -140,7 +140,8 @@ def comparison(rep: Report) -> dict | None:
                 "within_25pct": abs(ours_split / p.split - 1) <= 0.25}
     get: Callable[[Outcome], float] = {
         "throughput": lambda o: o.throughput_tok_s, "max_active": lambda o: o.max_active,
-        "mean_active": lambda o: o.mean_active, "retractions_per_1k": lambda o: o.retractions_per_1k}[p.metric]
+        "mean_active": lambda o: o.mean_active, "retractions_per_1k": lambda o: o.retractions_per_1k,
+        "ttft_p50": lambda o: o.ttft_p50_s}[p.metric]
     u, s = get(unis[0]), get(splits[0])
     ratio = u / s if s else (float("inf") if u else 1.0)
     published_ratio = p.unified / p.split if p.unified and p.split else 1.0

@@ -40,8 +40,8 @@ class TraceError(ConfigError):
 @dataclass(frozen=True)
 class Published:
     """A published result to set beside ours (never tuned to). ``metric`` names a RunResult-derived
-    value: max_active, mean_active, retractions_per_1k, throughput, or ratio_throughput (split pools'
-    throughput at the preset's second ratio over the first)."""
+    value: max_active, mean_active, retractions_per_1k, throughput, ttft_p50 (seconds), or ratio_throughput
+    (split pools' throughput at the preset's second ratio over the first)."""
 
     metric: str
     unified: float | None
@@ -167,6 +167,10 @@ PRESET_WORKLOADS: dict[str, Workload] = {w.name: w for w in (
              _fixed(512, 16384), 51, requests=255,
              calibration=Calibration(32.36, "split pools' retractions per 1,000 = 294 (286 at this budget)"),
              published=Published("retractions_per_1k", 233, 294, "~233 vs ~294 retractions per 1,000")),
+    Workload("gpt-oss-20b-c1000", summary="gpt-oss-20b-max driven by 1,000 closed-loop clients (the published "
+             "unified concurrency): time to first token", model="gpt-oss-20b", lengths=_fixed(1024, 1024), clients=1000,
+             requests=6000, calibration=_GPT_OSS_CAL,
+             published=Published("ttft_p50", 6, 43, "TTFT 43 s (split) -> 6 s (unified)")),
     Workload("gpt-oss-20b-ratio", summary="--swa-full-tokens-ratio 0.1 vs the default 0.8, workload of gpt-oss-20b-max",
              swa_ratios=(DEFAULT_SWA_FULL_TOKENS_RATIO, 0.1), **_GPT_OSS_MAX, calibration=_GPT_OSS_CAL,
              published=Published("ratio_throughput", None, 0.88, "ratio 0.1 costs ~12% throughput")),
