@@ -55,12 +55,13 @@ class Tables:
         if n:
             self.v2p.view(-1).index_copy_(0, dev[:n], dev[n:2 * n])
         self.launches += 2
-        return None if extra is None else dev[2 * (n + m):]
+        return dev[n:2 * n] if extra is None else dev[2 * (n + m):]
 
     def bind(self, classes: np.ndarray, vids: np.ndarray, slots: np.ndarray,
              extra: np.ndarray | None = None) -> torch.Tensor | None:
         """New pages ``(class index, vid, slot)``: both tables, one upload and two scatters; ``extra`` rides in
-        the same upload (the allocator's zeroing list) and comes back as a device slice."""
+        the same upload (the allocator's zeroing list) and comes back as a device slice (without it: the
+        uploaded slots, which a one-class step zeroes as they are)."""
         if len(vids):
             return self._scatter(classes * (self.n_vids + 1) + vids, slots, classes * (self.width + 1) + slots,
                                  vids, extra)

@@ -31,7 +31,7 @@ def zero_pages_kernel(
     pid = tl.program_id(0).to(tl.int64)
     page = tl.load(slots_ptr + pid // chunks)
     offs = (pid % chunks) * BLOCK + tl.arange(0, BLOCK)
-    zeros = tl.zeros([BLOCK], dtype=tl.int64)
+    zeros = tl.full([BLOCK], 0, tl.int64)  # a builtin: tl.zeros is a jit helper the interpreter may not wrap
     tl.store(words_ptr + page * page_words + offs, zeros, mask=(offs < page_words) & (page != skip))
 
 

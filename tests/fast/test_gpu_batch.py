@@ -69,7 +69,7 @@ class BatchLockstep:
         self.ref, self.gpu = Arena(self.config), make(self.config, graph_width=graph_width)
         self.order = self.ref.order
         self.n = 0
-        self.fast = self.fell_back = self.rejected = 0
+        self.fast = self.fell_back = self.rejected = self.decodes = 0
 
     def name(self) -> str:
         self.n += 1
@@ -119,6 +119,21 @@ class BatchLockstep:
             self.single()
             return
         assert got == want, f"step {self.n} {op}:\n  reference {want}\n  gpu       {got}"
+        if self.hrng.random() < 0.25:
+            self.decode()
+
+    def decode(self) -> None:
+        """The engine's decode step: int handles, an int64 array, pages of the last class only (the lean path)."""
+        owners = [o for o in self.ref.owners if o != "cache"]
+        if not owners:
+            return
+        col = [int(self.hrng.random() < 0.5) for _ in owners]
+        want = [_seq(self.ref, "extend", o, {self.order[-1]: x}) for o, x in zip(owners, col)]
+        d = np.zeros((len(owners), len(self.order)), dtype=np.int64)
+        d[:, -1] = col
+        got = [_norm(x) for x in self.gpu.extend_batch(self.gpu.owners.lookup(owners), d)]
+        assert got == want, f"step {self.n} decode:\n  reference {want}\n  gpu       {got}"
+        self.decodes += 1
 
     def single(self) -> None:
         """Sequential calls in between: holes (free every other), users, compaction."""
@@ -156,12 +171,14 @@ class BatchLockstep:
 def test_batched_calls_are_the_sequential_calls(model: str, path: str, monkeypatch: pytest.MonkeyPatch) -> None:
     if path == "torch":
         monkeypatch.setattr(kernels, "interpreted", lambda kernel: False)
-    fast = fell_back = rejected = 0
+    fast = fell_back = rejected = decodes = 0
     for seed in range(2 if path == "torch" else 1):
         ls = BatchLockstep(model, seed)
         ls.run(120 if path == "torch" else 60)
         fast, fell_back, rejected = fast + ls.fast, fell_back + ls.fell_back, rejected + ls.rejected
-    assert fast and fell_back and rejected, f"vectorized {fast}, by the ladder {fell_back}, rejected {rejected}"
+        decodes += ls.decodes
+    assert fast and fell_back and rejected and decodes, \
+        f"vectorized {fast}, by the ladder {fell_back}, rejected {rejected}, decode steps {decodes}"
 
 
 @pytest.mark.parametrize("model", ["toy-tri", "toy-state"])
@@ -186,6 +203,8 @@ def _steps(a: Any, n: int) -> list[Any]:
         out.append(a.extend_batch(owners, np.tile([[1, 1]], (n, 1))))
     out.append(a.free_batch([*owners[::3], "ghost"]))
     out.append(a.extend_batch(owners[1::3], [{"full": 2}] * len(owners[1::3])))  # reuses the holes just freed
+    rows = a.owners.lookup(owners[1::3])
+    out.append(a.extend_batch(rows, np.tile(np.array([[0, 1]], dtype=np.int64), (len(rows), 1))))  # lean path
     live = owners[1::3]
     locs = a.token_locs("full", live, np.full(len(live), 4 * 5), np.full(len(live), 4 * 5 + 1))  # decode
     out.append(tuple(locs.shape))
@@ -203,7 +222,7 @@ def test_hot_path_runs_on_the_meta_device() -> None:
     for m, c in zip(got_meta, got_cpu):
         assert m == c if isinstance(m, tuple) else [_norm(x) for x in m] == [_norm(x) for x in c]
     batches = [x for x in got_meta if isinstance(x, BatchResult)]
-    assert len(batches) == 5 and all(not x.errors and not x.plans for x in batches), "every call: rung 1, batched"
+    assert len(batches) == 6 and all(not x.errors and not x.plans for x in batches), "every call: rung 1, batched"
     for c in meta.order:
         assert np.array_equal(meta.bands[c].live.arr, cpu.bands[c].live.arr)
         assert list(meta.bands[c].holes) == list(cpu.bands[c].holes)

@@ -131,6 +131,10 @@ def check_zeroing(mod: types.ModuleType, path: str) -> None:
     """Every page a batch hands out reads as zero bytes, on an arena whose bytes were all 0xFF before: token pages
     and recurrent slots, the last page of each class's batch included."""
     factory = getattr(mod, "make", allocator_mod.make)
+    if mod.__name__.startswith(batch_mod.__name__):  # batch.py or a mutant of it: GpuArena with its methods
+        cls = type("GpuArena", (allocator_mod.GpuArena,), {k: v for k, v in vars(mod.BatchOps).items()
+                                                            if callable(v) and not k.startswith("__")})
+        factory = cls
     with contextlib.ExitStack() as stack:
         if path == "torch":
             stack.enter_context(mock.patch.object(kernels, "interpreted", lambda kernel: False))
@@ -138,8 +142,11 @@ def check_zeroing(mod: types.ModuleType, path: str) -> None:
             a = factory(ArenaConfig(preset(model), 8192, page_size=2, max_context_len=8))
             a.mem.raw.fill_(0xFF)
             k = len(a.order)
-            a.admit_batch([f"z{i}" for i in range(3)], torch.tensor([[1 + (i + j) % 2 for j in range(k)]
-                                                                    for i in range(3)]).numpy())
+            res = a.admit_batch([f"z{i}" for i in range(3)], torch.tensor([[1 + (i + j) % 2 for j in range(k)]
+                                                                          for i in range(3)]).numpy())
+            step = torch.zeros((3, k), dtype=torch.int64)
+            step[:, -1] = 1
+            a.extend_batch(res.rows, step.numpy())  # the lean decode path: int handles, one end band
             words = a.mem.words
             for c, band in a.bands.items():
                 pw = band.page_bytes // 8
@@ -319,6 +326,12 @@ MUTANTS: tuple[Mutant, ...] = (
            "                zero_slots(self.mem.words, dev[a:a + k - 1], self._chain[c].page_bytes)",
            "the per-step zeroing skips the last new page of each class: it is handed out with its previous "
            "owner's bytes (check_zeroing on both paths: every handed-out page reads zero on a dirtied arena)",
+           kernel=check_zeroing),
+    Mutant("lean-decode-misses-last-zeroing", batch_mod,
+           "        zero_slots(self.mem.words, dev, band.page_bytes)\n",
+           "        zero_slots(self.mem.words, dev[:-1], band.page_bytes)\n",
+           "the lean decode path (int handles, one end band) zeroes all but the last new page of the step "
+           "(check_zeroing on both paths: the lean step included)",
            kernel=check_zeroing),
 )
 
