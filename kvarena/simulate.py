@@ -19,7 +19,7 @@ from pathlib import Path
 from kvarena.simulator.budget import GiB, sglang_budget
 from kvarena.simulator.costmodel import CostModel
 from kvarena.simulator.engines import UNIFIED_POLICIES, smallest_capacity
-from kvarena.simulator.report import Report, assumptions, comparison, format_table, report_json
+from kvarena.simulator.report import SLO, Report, assumptions, comparison, format_table, report_json
 from kvarena.simulator.scheduler import SchedulerInvariantError, SchedulerModel
 from kvarena.simulator.simulation import configurations, simulate
 from kvarena.simulator.workloads import PRESET_WORKLOADS, Workload, lengths_from, trace_workload, workload
@@ -140,6 +140,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--check-every", type=int, default=0,
                    help="steps between full invariant checks (default 0: at the end of each run only)")
     p.add_argument("--seed", type=int, default=0, help="seed of the forward-pass ledger picks and drawn lengths")
+    p.add_argument("--slo-ttft", type=float, metavar="S", help="goodput: a request's TTFT must be <= S seconds")
+    p.add_argument("--slo-tpot", type=float, metavar="MS", help="goodput: its time per output token <= MS ms")
     p.add_argument("--jobs", type=int, default=1, metavar="N",
                    help="run a workload's configurations in N local processes (default 1; progress is per "
                         "workload then)")
@@ -207,6 +209,9 @@ def check_args(args: argparse.Namespace) -> None:
         raise UsageError(f"--request-rate {args.request_rate:g} must be > 0 requests per second")
     if args.request_rate is not None and args.concurrency:
         raise UsageError("--concurrency and --request-rate are two arrival processes; pass one")
+    for flag, v in (("--slo-ttft", args.slo_ttft), ("--slo-tpot", args.slo_tpot)):
+        if v is not None and not (math.isfinite(v) and v > 0):
+            raise UsageError(f"{flag} {v:g} must be > 0")
     if args.jobs < 1:
         raise UsageError(f"--jobs {args.jobs} must be >= 1 (processes on this machine)")
     if args.requests is not None and args.requests < 1:
@@ -325,7 +330,8 @@ def main(args: argparse.Namespace) -> int:
             check_capacity(w, capacity, args)
             bar = None if args.quiet else ProgressBar(f"[{i + 1}/{len(loads)} {w.name}] ")
             rep = simulate(w, capacity, budget, args.page_size, args.seed, args.scale, args.ratio_sweep,
-                           bool(args.plots), args.check_every, bar, policies, model, args.jobs)
+                           bool(args.plots), args.check_every, bar, policies, model, args.jobs,
+                           SLO(args.slo_ttft, None if args.slo_tpot is None else args.slo_tpot / 1e3))
             reports.append(rep)
             if not args.json:
                 if i == 0:

@@ -59,20 +59,36 @@ class Outcome:
         raise AttributeError(name)
 
 
-def latencies(r: RunResult) -> dict[str, float]:
+@dataclass(frozen=True)
+class SLO:
+    """A latency objective: a request meets it when its TTFT and its TPOT are both within bounds."""
+
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+
+    def met(self, ttft: float, tpot: float) -> bool:
+        return (self.ttft_s is None or ttft <= self.ttft_s) and (self.tpot_s is None or tpot <= self.tpot_s)
+
+
+def latencies(r: RunResult, slo: SLO | None = None) -> dict[str, float]:
     out = {"ttft_mean_s": sum(r.ttft) / max(1, len(r.ttft))}
     for name, xs in (("ttft", r.ttft), ("tpot", r.tpot), ("e2e", r.e2e)):
         for q in PERCENTILES:
             out[f"{name}_p{q}_s"] = percentile(xs, q)
+    if slo is not None and (slo.ttft_s is not None or slo.tpot_s is not None):
+        ok = sum(slo.met(t, p) for t, p in r.finished)
+        out["slo_attained"] = ok / max(1, len(r.finished))  # share of completed requests within the SLO
+        out["goodput_req_s"] = ok / r.clock if r.clock else 0.0  # requests within the SLO per modeled second
     return out
 
 
-def outcome(c, r: RunResult, series: dict, implementation: str, cap: int | None) -> Outcome:
+def outcome(c, r: RunResult, series: dict, implementation: str, cap: int | None, slo: SLO | None = None
+            ) -> Outcome:
     return Outcome(
         c.label, c.kind, implementation, c.swa_ratio, c.mamba_ratio, r.requests, r.completed, r.max_active, cap,
         r.mean_active, r.retractions, 1000 * r.retractions / max(1, r.completed), r.bytes_moved.get(2, 0),
         r.bytes_moved.get(3, 0), sum(r.moves.values()), r.output_tokens / r.clock if r.clock else 0.0,
-        latencies(r), r.clock, r.peak_utilization, r.steps, r.decode_steps, r.operations, r.wall_s, series)
+        latencies(r, slo), r.clock, r.peak_utilization, r.steps, r.decode_steps, r.operations, r.wall_s, series)
 
 
 @dataclass
@@ -111,6 +127,8 @@ ROWS: list[tuple[str, Callable[[Outcome], str]]] = [
     ("TTFT p50 / p90 / p99 (s)", lambda o: f"{o.ttft_p50_s:,.2f} / {o.ttft_p90_s:,.2f} / {o.ttft_p99_s:,.2f}"),
     ("TPOT p50 / p99 (ms)", lambda o: f"{_ms(o.tpot_p50_s)} / {_ms(o.tpot_p99_s)}"),
     ("end-to-end p50 / p99 (s)", lambda o: f"{o.e2e_p50_s:,.1f} / {o.e2e_p99_s:,.1f}"),
+    ("within the SLO / goodput (req/s)", lambda o: "-" if "slo_attained" not in o.latency else
+     f"{100 * o.slo_attained:.1f} % / {o.goodput_req_s:,.1f}"),
     ("time to drain (s)", lambda o: f"{o.makespan_s:,.1f}"),
     ("peak utilization", lambda o: f"{100 * o.peak_utilization:.1f} %"),
     ("scheduler steps (decode)", lambda o: f"{o.steps:,} ({o.decode_steps:,})"),

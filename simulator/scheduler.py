@@ -111,6 +111,7 @@ class RunResult:
     ttft: list[float] = field(default_factory=list)  # arrival to the end of the first prefill, on the clock
     tpot: list[float] = field(default_factory=list)  # (e2e - ttft) / (output - 1), requests with output > 1
     e2e: list[float] = field(default_factory=list)  # arrival to the last token
+    finished: list[tuple[float, float]] = field(default_factory=list)  # (ttft, tpot) per completed request
     moves: dict[int, int] = field(default_factory=dict)
     bytes_moved: dict[int, int] = field(default_factory=dict)
     rung_used: dict[int, int] = field(default_factory=dict)
@@ -485,8 +486,10 @@ class Scheduler:
         for r in self.just_finished:
             e2e = self.clock - r.arrival
             res.e2e.append(e2e)
+            tpot = (e2e - r.ttft) / (r.orig_out - 1) if r.orig_out > 1 and r.ttft >= 0 else 0.0
             if r.orig_out > 1 and r.ttft >= 0:
-                res.tpot.append((e2e - r.ttft) / (r.orig_out - 1))
+                res.tpot.append(tpot)
+            res.finished.append((r.ttft, tpot))
         self.just_prefilled.clear()
         self.just_finished.clear()
         self.step_prefill[:] = [0, 0, 0, 0]

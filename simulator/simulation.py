@@ -13,7 +13,7 @@ from kvarena.reference.split import split_regions
 from kvarena.simulator import rules
 from kvarena.simulator.costmodel import CostModel
 from kvarena.simulator.engines import ENGINES, Engine
-from kvarena.simulator.report import Outcome, Report, outcome
+from kvarena.simulator.report import SLO, Outcome, Report, outcome
 from kvarena.simulator.scheduler import SchedulerModel, run
 from kvarena.simulator.series import Series
 from kvarena.simulator.vllm_model import VllmPool
@@ -103,6 +103,7 @@ class _Job:
     scale: float
     plots: bool
     base: SchedulerModel
+    slo: SLO | None = None
 
 
 def run_configuration(job: _Job, progress: Callable[[str, int, int, int, int], None] | None = None
@@ -119,21 +120,22 @@ def run_configuration(job: _Job, progress: Callable[[str, int, int, int, int], N
     m = engine_model(job.base, c, alloc.config)
     r = run(alloc, w.source(job.scale, job.seed), c.label, m, seed=job.seed, cost=CostModel(preset(w.model)),
             progress=progress, sampler=series, sample_every=1 if job.plots else 0)
-    return outcome(c, r, series.data if series else {}, ENGINES[c.kind].implementation, m.max_running), info
+    return outcome(c, r, series.data if series else {}, ENGINES[c.kind].implementation, m.max_running,
+                   job.slo), info
 
 
 def simulate(w: Workload, capacity: int, budget: str, page_size: int = 64, seed: int = 0, scale: float = 1.0,
              sweep: bool = False, plots: bool = False, check_every: int = 0,
              progress: Callable[[str, int, int, int, int], None] | None = None,
              policies: tuple[str, ...] = DEFAULT_POLICIES, model: SchedulerModel | None = None,
-             jobs: int = 1) -> Report:
+             jobs: int = 1, slo: SLO | None = None) -> Report:
     """Every configuration of ``w`` at ``capacity`` bytes; ``jobs`` > 1 runs them in that many local
     processes (each run is deterministic and independent, so the report is the same)."""
     context = w.max_context()
     base = replace(model or SchedulerModel(), check_every=check_every, stall_steps=max(50_000, 4 * context))
     if not any(c.kind is Kind.RECURRENT for c in preset(w.model).classes):
         base = replace(base, state_slots=1)
-    work = [_Job(w, c, capacity, page_size, context, seed, scale, plots, base)
+    work = [_Job(w, c, capacity, page_size, context, seed, scale, plots, base, slo)
             for c in configurations(w, sweep, policies)]
     if jobs > 1 and len(work) > 1:
         from concurrent.futures import ProcessPoolExecutor

@@ -121,3 +121,9 @@ def test_help_needs_only_the_core_dependency(cmd: str) -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert "examples:" in out.stdout
+
+
+def test_slo_must_be_positive(capsys: pytest.CaptureFixture[str]) -> None:
+    w = ["simulate", "--workload", "gpt-oss-20b-max"]
+    assert "--slo-ttft -1 must be > 0" in _err(capsys, [*w, "--slo-ttft", "-1"])
+    assert "--jobs 0 must be >= 1" in _err(capsys, [*w, "--jobs", "0"])

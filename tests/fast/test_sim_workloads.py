@@ -100,3 +100,13 @@ def test_jobs_run_configurations_in_parallel_with_the_same_report(capsys: pytest
                 for w in d["workloads"] for k in [w["workload"]]}
 
     assert strip(one) == strip(two) and len(one["workloads"][0]["results"]) == 5
+
+
+def test_goodput_under_an_slo(capsys: pytest.CaptureFixture[str]) -> None:
+    """A closed loop above what the split pools hold: their queued clients miss a tight TTFT objective."""
+    argv = ["--workload", "gpt-oss-20b-max", "--concurrency", "60", "--requests", "120", "--capacity-gib", "2"]
+    tight = _json(capsys, [*argv, "--slo-ttft", "0.5", "--slo-tpot", "1000"])["workloads"][0]["results"]
+    split, uni = tight["split pools"], tight["unified arena"]
+    assert 0 <= split["slo_attained"] < uni["slo_attained"] <= 1
+    assert split["goodput_req_s"] < uni["goodput_req_s"]
+    assert "slo_attained" not in _json(capsys, argv)["workloads"][0]["results"]["split pools"]
