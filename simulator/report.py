@@ -127,7 +127,7 @@ ROWS: list[tuple[str, Callable[[Outcome], str]]] = [
     ("TTFT p50 / p90 / p99 (s)", lambda o: f"{o.ttft_p50_s:,.2f} / {o.ttft_p90_s:,.2f} / {o.ttft_p99_s:,.2f}"),
     ("TPOT p50 / p99 (ms)", lambda o: f"{_ms(o.tpot_p50_s)} / {_ms(o.tpot_p99_s)}"),
     ("end-to-end p50 / p99 (s)", lambda o: f"{o.e2e_p50_s:,.1f} / {o.e2e_p99_s:,.1f}"),
-    ("within the SLO / goodput (req/s)", lambda o: "-" if "slo_attained" not in o.latency else
+    ("SLO met / goodput (req/s)", lambda o: "-" if "slo_attained" not in o.latency else
      f"{100 * o.slo_attained:.1f} % / {o.goodput_req_s:,.1f}"),
     ("time to drain (s)", lambda o: f"{o.makespan_s:,.1f}"),
     ("peak utilization", lambda o: f"{100 * o.peak_utilization:.1f} %"),
