@@ -252,6 +252,21 @@ def r_moves_under_users(c: Conductor, ch: Chooser) -> None:
         c.run("release", user=user)
 
 
+def r_shared_withheld(c: Conductor, ch: Chooser) -> None:
+    """Two users hold one page, its owner lets go, one user releases: the slot stays withheld until the
+    last user releases (a first release must not free a slot another user still holds)."""
+    owner = ch.choice(requests(c), "owner")
+    mine = held_flat(c, owner)
+    if not mine:
+        return
+    h = ch.choice(mine, "page")
+    first, second = c.fresh("u"), c.fresh("u")
+    c.run("acquire", user=first, kind=ch.choice(KINDS, "kind"), pages=[h])
+    c.run("acquire", user=second, kind=UserKind.FORWARD_READ.value, pages=[h])
+    c.run("drop", owner=owner, pages=[h])
+    c.run("release", user=first)
+
+
 def r_compact(c: Conductor, ch: Chooser) -> None:
     c.run("compact", max_moves=ch.choice([None, 0, 1, 2, 3], "max_moves"))
 
@@ -450,6 +465,8 @@ RULES: dict[str, tuple[Callable[[Conductor], bool] | None, Callable[[Conductor, 
     "unknown_owner": (None, r_unknown_owner, 1),
     "duplicate_user": (lambda c: bool(c.users), r_duplicate_user, 1),
     "bad_arguments": (None, r_bad_arguments, 1),
+    # weight 0: the machine explores it, the committed vectors' generator does not (so they stay as they are)
+    "shared_withheld": (_has_requests, r_shared_withheld, 0),
 }
 
 

@@ -79,10 +79,9 @@ def test_safety_undoes_an_admission_that_fits_on_one_side_only() -> None:
     assert "fits on the reference only" in notes and "fits on the implementation only" in notes
 
 
-# The lockstep walk's alphabet has no "two users on one freed page" rule yet; adding one shifts the
-# derandomized ci exploration enough to lose the band-crossing kill, so that mutant is left to the
-# reference machine (tests/quality/test_mutants.py), which kills it with its shared_withheld rule.
-LOCKSTEP_MUTANTS = [m for m in MUTANTS if m.name != "withheld-freed-by-first-release"]
+# Every planted bug, withheld-freed-by-first-release included since the alphabet has shared_withheld (two users
+# on one freed page); ci examples no longer depend on import order (tests/conftest.py imports everything first).
+LOCKSTEP_MUTANTS = MUTANTS
 
 
 @pytest.mark.parametrize("mutant", LOCKSTEP_MUTANTS, ids=[m.name for m in LOCKSTEP_MUTANTS])
