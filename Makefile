@@ -20,6 +20,7 @@ $(RUN_STAMP): pyproject.toml
 $(TEST_STAMP): $(RUN_STAMP) requirements-ci.txt
 	$(PY) -m pip install -q --disable-pip-version-check -r requirements-ci.txt
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps $(SGLANG_PINS)
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps $(VLLM_PINS)
 	touch $@
 
 run: $(RUN_STAMP)
@@ -55,3 +56,12 @@ SGLANG_PINS := sglang==0.5.23 msgspec==0.22.0
 sglang: $(TEST_STAMP)
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps $(SGLANG_PINS)
 	$(PY) -m pytest -q -p no:cacheprovider -m "sglang and not slow" tests/sglang
+
+# vLLM 0.33.0's real v1 KV cache manager at kvarena's block-pool level (conformance/adapters/vllm*.py, findings in
+# docs/vllm-findings.md). vllm is installed without its dependency set (it pins a CUDA torch 2.14.0, pydantic,
+# transformers, ...); msgspec, cbor2 and regex are the ones the KV cache manager's import chain executes.
+VLLM_PINS := vllm==0.33.0 msgspec==0.22.0 cbor2==6.3.0 regex==2026.11.19
+.PHONY: vllm
+vllm: $(TEST_STAMP)
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps $(VLLM_PINS)
+	$(PY) -m pytest -q -p no:cacheprovider -m "vllm and not slow" tests/vllm

@@ -45,12 +45,13 @@ def _requirement_name(req: str) -> str:
 
 
 def test_every_extra_is_pinned_for_ci() -> None:
-    """`make test` installs requirements-ci.txt (+ the SGLang pins); every extra's package is pinned there, so
+    """`make test` installs requirements-ci.txt (+ the SGLang and vLLM pins); every extra's package is pinned there, so
     CI tests what the extras promise."""
     pins = {_requirement_name(line) for line in (ROOT / "requirements-ci.txt").read_text().splitlines()
             if line.strip() and not line.startswith("#")}
-    pins |= {_requirement_name(p) for p in re.search(r"^SGLANG_PINS := (.*)$", (ROOT / "Makefile").read_text(),
-                                                     re.M).group(1).split()}
+    for var in ("SGLANG_PINS", "VLLM_PINS"):
+        pins |= {_requirement_name(p) for p in re.search(rf"^{var} := (.*)$", (ROOT / "Makefile").read_text(),
+                                                         re.M).group(1).split()}
     extras = PYPROJECT["project"]["optional-dependencies"]
     assert {"conform", "proofs", "gpu", "plot", "sglang", "test", "all"} <= set(extras)
     for extra, reqs in extras.items():
