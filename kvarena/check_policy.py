@@ -138,7 +138,7 @@ def prove_plan_steps() -> tuple[int, int, float, list[str]]:
 
 def compare_quality(policies: dict[str, Callable[[], Policy]]) -> list[tuple[str, str, dict]]:
     from kvarena.replay import replay  # the main job's scheduler model
-    from kvarena.replay_trace import build_trace
+    from kvarena.simulator.mixed_trace import build_trace
 
     rows = []
     for model, capacity, page_size, scale in STANDARD_TRACES:
