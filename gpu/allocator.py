@@ -29,6 +29,7 @@ from kvarena.gpu.hoststate import LiveMap, OwnerLog, VidPool
 from kvarena.gpu.kernels.translate import translate_tokens
 from kvarena.gpu.kernels.zero import zero_slots
 from kvarena.gpu.moves import MoveOps, runs
+from kvarena.gpu.pagetable import PageTables
 from kvarena.gpu.planner import Band, Ladder, Ledger, Role, View, cdiv, float_hints, place
 from kvarena.gpu.results import Admission, BatchResult, Hold, User
 from kvarena.gpu.staging import Staging
@@ -56,7 +57,7 @@ class GpuArena(BatchOps, MoveOps):
     """The unified arena on a torch device; the same observable behaviour as the spec, to the slot."""
 
     def __init__(self, config: ArenaConfig, device: str | torch.device = "cpu",
-                 events: Any = None, graph_width: int | None = None) -> None:
+                 events: Any = None, graph_width: int | None = None, page_width: int | None = None) -> None:
         config.validate()
         self.config = config
         self.capacity = config.capacity
@@ -84,6 +85,8 @@ class GpuArena(BatchOps, MoveOps):
         self.refs = np.zeros(n_vids, dtype=np.int64)
         self.pool = VidPool()
         self.owners = OwnerLog(len(self.order))
+        self.ptab = PageTables(self, page_width) if page_width else None  # per-request page tables
+        self.owners.listener = self.ptab
         self.users: dict[str, User] = {}
         self._written: dict[int, set[tuple[int, int]]] = {}  # token rows written: None vs a tag only
         self.stats = {"moves": {2: 0, 3: 0}, "bytes_moved": {2: 0, 3: 0}, "move_launches": 0, "zero_launches": 0,
@@ -330,6 +333,8 @@ class GpuArena(BatchOps, MoveOps):
                                   "owner's page); drop only pages this owner holds")
         arr = np.array(vids, dtype=np.int64)
         self.owners.kill(idx[np.isin(self.owners.vid[idx], arr)])
+        if self.ptab is not None:
+            self.ptab.rebuild(np.array([row]))
         return self._unref(arr)
 
     def slide(self, owner: str, cls: str, n: int) -> list[int]:
@@ -345,6 +350,8 @@ class GpuArena(BatchOps, MoveOps):
         idx = idx[:n]
         out = self.owners.vid[idx].copy()
         self.owners.kill(idx)
+        if self.ptab is not None:
+            self.ptab.rebuild(np.array([row]))
         return self._unref(out)
 
     def free(self, owner: str) -> list[int]:
@@ -355,6 +362,8 @@ class GpuArena(BatchOps, MoveOps):
         vids = self.owners.vid[idx].copy()
         self.owners.kill(idx)
         self.owners.forget(owner)
+        if self.ptab is not None:
+            self.ptab.clear(np.array([row]))
         return self._unref(vids)
 
     def _unref(self, vids: np.ndarray) -> list[int]:
@@ -513,6 +522,20 @@ class GpuArena(BatchOps, MoveOps):
         return translate_tokens(vtokens, self.tables.row(cls), self.mem.epp[cls], out=out, out_width=out_width,
                                 pad=self.mem.pad_entry(cls))
 
+    def page_table(self, cls: str) -> torch.Tensor:
+        """The device page table of ``cls`` (``page_width`` needed): ``[row, j]`` the virtual page of owner
+        ``row``'s ``j``-th ``cls`` page, -1 past its last. ``physical_pages`` gives the slots."""
+        if self.ptab is None:
+            raise InvalidArgumentError("page tables are off; build the arena with page_width=<pages per request>")
+        return self.ptab.table(cls)
+
+    def physical_pages(self, cls: str, rows: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """Slots of the pages of owners ``rows`` (a device int64 tensor of handles), gathered through v->p on
+        the device: a FlashInfer-style page table, no host read."""
+        if self.ptab is None:
+            raise InvalidArgumentError("page tables are off; build the arena with page_width=<pages per request>")
+        return self.ptab.physical(cls, rows, out)
+
     def pad_entry(self, cls: str) -> int:
         """Where a padding lane points: an entry past the arena's last byte that no page covers."""
         return self.mem.pad_entry(cls)
@@ -550,10 +573,12 @@ class GpuArena(BatchOps, MoveOps):
                            withheld={n: tuple(sorted(b.withheld)) for n, b in self.bands.items()})
 
 
-def make(config: ArenaConfig, device: str | torch.device = "cpu", graph_width: int | None = None) -> GpuArena:
+def make(config: ArenaConfig, device: str | torch.device = "cpu", graph_width: int | None = None,
+         page_width: int | None = None) -> GpuArena:
     """Factory for ``kvarena conform --impl kvarena.gpu.allocator:make``; ``graph_width``: new pages per class a
-    step binds at fixed shapes (CUDA-graph replay on CUDA), more fall back to the eager launches."""
-    return GpuArena(config, device, graph_width=graph_width)
+    step binds at fixed shapes (CUDA-graph replay on CUDA), more fall back to the eager launches;
+    ``page_width``: columns of the per-request page tables on the device (off when None)."""
+    return GpuArena(config, device, graph_width=graph_width, page_width=page_width)
 
 
 __all__ = ["Admission", "BatchResult", "GpuArena", "View", "make"]

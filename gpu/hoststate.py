@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from itertools import repeat
+from typing import Any
 
 import numpy as np
 
@@ -105,6 +106,7 @@ class OwnerLog:
         self.rows: dict[str, int] = {}
         self.names: list[str] = []
         self.live_rows = np.zeros(1024, dtype=bool)
+        self.listener: Any = None  # per-request page tables (pagetable.py), told of every acquisition
         cap = 1024
         self.row = np.empty(cap, dtype=np.int64)
         self.cls = np.empty(cap, dtype=np.int64)
@@ -159,6 +161,8 @@ class OwnerLog:
         self.row[sl], self.cls[sl], self.vid[sl] = rows, classes, vids
         self.alive[sl] = True
         self.n += k
+        if self.listener is not None:
+            self.listener.appended(rows, classes, vids)
 
     def _grow(self, need: int) -> None:
         live = np.flatnonzero(self.alive[:self.n])

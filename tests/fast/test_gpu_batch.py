@@ -62,11 +62,11 @@ def _seq(ref: Arena, method: str, *args: Any) -> tuple:
 
 
 class BatchLockstep:
-    def __init__(self, model: str, seed: int, graph_width: int | None = None) -> None:
+    def __init__(self, model: str, seed: int, graph_width: int | None = None, page_width: int | None = None) -> None:
         self.rng = random.Random(seed)
         self.hrng = random.Random(seed + 1000)  # names or int rows: drawn apart, the operations stay the same
         self.config = _config(model, 2400 + 128 * self.rng.randint(0, 12), self.rng.choice([2, 4]))
-        self.ref, self.gpu = Arena(self.config), make(self.config, graph_width=graph_width)
+        self.ref, self.gpu = Arena(self.config), make(self.config, graph_width=graph_width, page_width=page_width)
         self.order = self.ref.order
         self.n = 0
         self.fast = self.fell_back = self.rejected = self.decodes = 0
@@ -192,6 +192,39 @@ def test_fixed_shape_steps_are_the_same_binds(model: str, monkeypatch: pytest.Mo
     assert g is not None and g.binds and g.eager_fallbacks, (g.binds, g.eager_fallbacks)
 
 
+@pytest.mark.parametrize("model", ["toy-tri", "toy-swa"])
+def test_page_tables_follow_the_holdings(model: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """page_width=3: every owner's row of every class is its first 3 held pages (device = host mirror), the
+    physical page table is the reference's slots, and token_locs agrees with and without the tables."""
+    monkeypatch.setattr(kernels, "interpreted", lambda kernel: False)
+    ls = BatchLockstep(model, 5, page_width=3)
+    overflowed = 0
+    for _ in range(80):
+        ls.step()
+        ls.compare()
+        pt = ls.gpu.ptab
+        assert torch.equal(pt.dev.cpu(), torch.from_numpy(pt.host)), "device page tables differ from the host's"
+        owners = list(ls.ref.owners)
+        if not owners:
+            continue
+        rows = ls.gpu.owners.lookup(owners)
+        for c in ls.order:
+            want_v = [list(ls.ref.held(o)[c][:3]) + [-1] * (3 - min(3, len(ls.ref.held(o)[c]))) for o in owners]
+            assert pt.host[ls.gpu.cidx[c], rows].tolist() == want_v, f"{c} page tables differ from held()"
+            want_s = [[ls.ref.v2p[v][1] if v >= 0 else -1 for v in r] for r in want_v]
+            got = ls.gpu.physical_pages(c, torch.from_numpy(rows)).tolist()
+            assert got == want_s, f"{c} physical page table differs from the reference's slots"
+            overflowed += int((pt.count[ls.gpu.cidx[c], rows] > 3).sum())
+            epp = ls.gpu.mem.epp[c]
+            if ls.gpu.mem.is_recurrent(c):
+                continue
+            seq = [min(len(ls.ref.held(o)[c]), 3) * epp for o in owners]  # within the tables: their path
+            want_t = [ls.ref.v2p[ls.ref.held(o)[c][q // epp]][1] * epp + q % epp for o, n in zip(owners, seq)
+                      for q in range(n)]
+            assert ls.gpu.token_locs(c, rows, np.zeros(len(rows)), np.array(seq)).tolist() == want_t
+    assert overflowed, "no owner ever held more pages than the table's width"
+
+
 # ---------------------------------------------------------------------------------------------
 # The meta device: no host read, no data-dependent shape
 
@@ -216,7 +249,7 @@ def _steps(a: Any, n: int) -> list[Any]:
 
 def test_hot_path_runs_on_the_meta_device() -> None:
     config = ArenaConfig(preset("toy-swa"), 1 << 20, page_size=4, max_context_len=16)  # window low, full high
-    meta, cpu = make(config, device="meta"), make(config, device="cpu")
+    meta, cpu = make(config, device="meta", page_width=8), make(config, device="cpu", page_width=8)
     assert meta.mem.raw.is_meta and meta.tables.v2p.is_meta and meta.tables.p2v.is_meta
     got_meta, got_cpu = _steps(meta, 96), _steps(cpu, 96)
     for m, c in zip(got_meta, got_cpu):

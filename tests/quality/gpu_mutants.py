@@ -301,10 +301,12 @@ MUTANTS: tuple[Mutant, ...] = (
            also=(("    out[n:].fill_(pad)\n", "    out[n:].fill_(0)\n"),),
            lockstep="interpreter", machine="batched", kernel=check_translate),
     Mutant("decode-skips-page-crossing", batch_mod,
-           "        page = q // epp\n",
-           "        page = (q - 1) // epp\n",
+           "\n        page = q // epp\n",
+           "\n        page = (q - 1) // epp\n",
            "token_locs puts a token that opens a new page into the request's previous page (a decode step that "
-           "skips the page a crossing request just got): batched lockstep on the torch path, token_locs rule",
+           "skips the page a crossing request just got), from the owner log and from the page tables alike: "
+           "batched lockstep on the torch path, token_locs rule",
+           also=(("\n            page = q // epp\n", "\n            page = (q - 1) // epp\n"),),
            lockstep="torch", machine="batched"),
     Mutant("fused-move-misses-remap", move_mod,
            "            tl.store(v2p_ptr + vid, dst)\n",
