@@ -43,6 +43,9 @@ def sync_audit(device: Any, dry: bool, n: int = 1024) -> tuple[list[list[str]], 
     cuda = device.type == "cuda"
     a = make(_config(), device)
     g = make(_config(), device, graph_width=n)
+    pt = make(_config(), device, page_width=8)
+    pt_rows = pt.admit_batch([f"p{i}" for i in range(n)], _decode_demand(n, len(pt.order)) * 3).rows
+    pt_dev = torch.as_tensor(pt_rows, device=device)
     owners = [f"r{i}" for i in range(n)]
     k = len(a.order)
     vt = torch.randint(0, 4 * n, (4 * n,), dtype=torch.int64, device=device)
@@ -57,6 +60,9 @@ def sync_audit(device: Any, dry: bool, n: int = 1024) -> tuple[list[list[str]], 
         ("graph: admit_batch", lambda: g.admit_batch(owners, np.zeros((n, k), dtype=np.int64))),
         ("graph: extend_batch (replay)", lambda: g.extend_batch(owners, _decode_demand(n, k))),
         ("graph: free_batch", lambda: g.free_batch(owners)),
+        ("page tables: extend_batch (lean, int handles)", lambda: pt.extend_batch(pt_rows, _decode_demand(n, k))),
+        ("page tables: token_locs", lambda: pt.token_locs(pt.order[-1], pt_rows, np.full(n, 12), np.full(n, 13))),
+        ("page tables: physical_pages", lambda: pt.physical_pages(pt.order[-1], pt_dev)),
     ]
     rows, res = [], {}
     for name, fn in calls:
