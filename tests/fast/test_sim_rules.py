@@ -3,7 +3,7 @@ source, and each rule's effect on the scheduler model (switching it off changes 
 
 from __future__ import annotations
 
-import importlib.util
+import importlib.machinery
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -24,7 +24,9 @@ GiB = 1 << 30
 
 
 def _sglang_src(rel: str) -> str:
-    spec = importlib.util.find_spec("sglang")
+    # the installed wheel on the path, not sys.modules["sglang"] (the SGLang adapter's tests may have put a
+    # stand-in there in the same worker)
+    spec = importlib.machinery.PathFinder.find_spec("sglang")
     if spec is None or not spec.submodule_search_locations:
         pytest.skip("sglang 0.5.23 is not installed (make test installs it --no-deps)")
     return (Path(next(iter(spec.submodule_search_locations))) / rel).read_text(encoding="utf-8")
