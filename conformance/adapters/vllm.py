@@ -70,22 +70,24 @@ class StrictConfig(SimpleNamespace):
                              "does not model (add it to StrictConfig in conformance/adapters/vllm.py)")
 
 
-def _cache_config(block_size: int, mamba_cache_mode: str, enable_prefix_caching: bool, num_blocks: int | None
-                  ) -> StrictConfig:
+def _cache_config(block_size: int, mamba_cache_mode: str, enable_prefix_caching: bool, num_blocks: int | None,
+                  prefix_match_unit: int | None) -> StrictConfig:
     V = load_vllm()
     layout = V.layout.KVCacheLayout[LAYOUT]
-    return StrictConfig(block_size=block_size, prefix_match_unit=None, enable_prefix_caching=enable_prefix_caching,
+    return StrictConfig(block_size=block_size, prefix_match_unit=prefix_match_unit,
+                        enable_prefix_caching=enable_prefix_caching,
                         mamba_cache_mode=mamba_cache_mode, prefix_cache_retention_interval=0,
                         num_gpu_blocks_override=num_blocks, kv_cache_layout=LAYOUT,
                         get_resolved_kv_cache_layout=lambda: layout)
 
 
 def vllm_config(block_size: int, *, mamba_cache_mode: str = "none", enable_prefix_caching: bool = True,
-                num_blocks: int | None = None) -> StrictConfig:
+                num_blocks: int | None = None, prefix_match_unit: int | None = None) -> StrictConfig:
     """The fields of ``VllmConfig`` that get_kv_cache_groups / get_kv_cache_config_from_groups /
     resolve_kv_cache_block_sizes read, with vLLM's defaults (one GPU, no HiSparse, no KV connector)."""
     return StrictConfig(
-        cache_config=_cache_config(block_size, mamba_cache_mode, enable_prefix_caching, num_blocks),
+        cache_config=_cache_config(block_size, mamba_cache_mode, enable_prefix_caching, num_blocks,
+                                   prefix_match_unit),
         parallel_config=StrictConfig(decode_context_parallel_size=1, tensor_parallel_size=1),
         scheduler_config=StrictConfig(disable_hybrid_kv_cache_manager=False),
         attention_config=StrictConfig(hisparse_config=None),
@@ -186,7 +188,8 @@ def hybrid_block_size(model: ModelSpec, kernel_block: int) -> int:
 
 
 def build(model: str | ModelSpec, *, num_blocks: int = 24, block_size: int = 4, max_model_len: int | None = None,
-          mamba_cache_mode: str | None = None, enable_caching: bool = True) -> Plan:
+          mamba_cache_mode: str | None = None, enable_caching: bool = True, prefix_match_unit: int | None = None
+          ) -> Plan:
     """vLLM's own planning for ``model``: groups, a config with ``num_blocks`` blocks, the block sizes.
 
     ``block_size`` is the attention kernel block; a model with recurrent state gets
@@ -199,7 +202,7 @@ def build(model: str | ModelSpec, *, num_blocks: int = 24, block_size: int = 4, 
         mamba_cache_mode = "align" if enable_caching else "none"
     block_size = hybrid_block_size(spec, block_size)
     cfg = vllm_config(block_size, mamba_cache_mode=mamba_cache_mode, enable_prefix_caching=enable_caching,
-                      num_blocks=num_blocks)
+                      num_blocks=num_blocks, prefix_match_unit=prefix_match_unit)
     layer_specs = kv_cache_specs(spec, block_size, max_len, mamba_cache_mode)
     groups = V.planning.get_kv_cache_groups(cfg, layer_specs)
     V.planning._check_exact_partition(groups, layer_specs)
@@ -355,10 +358,13 @@ class Driver:
         while self.in_flight and self.in_flight[0].seq == seq:
             step = self.in_flight.popleft()
             req = self.requests.get(step.rid)
-            if req is not None and step.rid in self.running and req.num_in_flight_tokens >= step.tokens:
-                req.num_in_flight_tokens -= step.tokens
-                if req.num_tokens <= req.num_computed_tokens < self.plan.max_model_len:
-                    req.append_output_token_ids(1000 + len(req.output_token_ids))
+            if req is None:
+                continue  # finished while in flight: its output is dropped
+            req.num_in_flight_tokens -= step.tokens
+            if req.num_stale_output_tokens > 0:  # output of an incarnation preempted since: not appended
+                req.num_stale_output_tokens -= step.tokens
+            elif step.rid in self.running and req.num_tokens <= req.num_computed_tokens < self.plan.max_model_len:
+                req.append_output_token_ids(1000 + len(req.output_token_ids))
         self.check(self)
 
     def _drain(self) -> None:
@@ -379,10 +385,10 @@ class Driver:
                 self.deferred.append((self.sched_seq, list(blocks), "request", rid))
                 self.counts["deferred frees"] += 1
         self.running.discard(rid)
-        if preempt:
+        if preempt:  # _preempt_request: in-flight tokens stay counted, their output marked stale
             req.status = self._status.PREEMPTED
             req.num_computed_tokens = 0
-            req.num_in_flight_tokens = 0
+            req.num_stale_output_tokens = req.num_in_flight_tokens
             self.counts["preemptions"] += 1
         else:
             del self.requests[rid]

@@ -18,7 +18,8 @@ object here.  What a block pool promises instead, each with a stable ID, checked
                           it; every hash a block carries is in the map; a table block's hash covers tokens
                           of that table's position and equals the request's own block hash there.
 ``VLLM-EXCLUSIVE-WRITE``  the blocks a step writes (its new tokens' positions in every attention group) are
-                          held by no other request and by no deferred free.
+                          held by no other request's table and by no request's deferred free (a CoW copy's
+                          retention of its source is a read queued earlier in stream order, not a holder).
 ``VLLM-INFLIGHT-READ``    a block an in-flight step reads (its attention span: all earlier tokens for full
                           attention, the window for sliding window) is not handed out again before that step
                           completes.
@@ -197,7 +198,9 @@ def check_writes(driver: Any, rid: str, start: int, stop: int) -> list[Any]:
     for _gid, other, blocks in driver.tables():
         if other != rid:
             others.update(b.block_id for b in blocks if not b.is_null)
-    withheld = Counter(b.block_id for b in driver.withheld(but=rid))  # its own CoW copy is this step's
+    # CoW retentions are reads by a copy queued in this or an earlier step: in stream order it runs before
+    # this step's writes, so only a request's popped blocks count here
+    withheld = Counter(b.block_id for _f, blocks, why, _r in driver.deferred if why == "request" for b in blocks)
     for mgr in driver.manager.coordinator.single_type_managers:
         spec = mgr.kv_cache_spec
         if isinstance(spec, V.iface.MambaSpec):
@@ -237,10 +240,11 @@ class Setup:
     num_blocks: int = 48
     block_size: int = 4
     max_model_len: int = 32
+    prefix_match_unit: int | None = None  # CacheConfig.prefix_match_unit: hash finer than a block (partial hits)
 
     def plan(self) -> Plan:
         return build(self.model, num_blocks=self.num_blocks, block_size=self.block_size,
-                     max_model_len=self.max_model_len)
+                     max_model_len=self.max_model_len, prefix_match_unit=self.prefix_match_unit)
 
 
 SETUPS = {
@@ -249,6 +253,9 @@ SETUPS = {
     "toy-tri": Setup("toy-tri", num_blocks=96),  # full + window + state: five groups over one pool
     "gpt-oss-20b": Setup("gpt-oss-20b", num_blocks=40, block_size=16, max_model_len=512),
     "qwen3.5-4b": Setup("qwen3.5-4b", num_blocks=40, block_size=16, max_model_len=4 * 528),
+    # 16-token hashes under 528-token blocks: sub-block prefix hits, served by copy-on-write of a state block
+    "qwen3.5-4b-fine": Setup("qwen3.5-4b", num_blocks=40, block_size=16, max_model_len=4 * 528, prefix_match_unit=16),
+    "toy-state-fine": Setup("toy-state", num_blocks=96, prefix_match_unit=2),
 }
 
 
@@ -259,7 +266,9 @@ def machine_for(setup: Setup, make_driver: Any = None) -> type:
 
     plan = setup.plan()
     L = setup.max_model_len
-    unit = max(plan.scheduler_block_size, plan.hash_block_size)
+    unit = plan.hash_block_size  # chunks are whole hash blocks (a scheduler block is a multiple of one)
+    per_block = plan.scheduler_block_size // unit
+    chunk_sizes = st.sampled_from(sorted({1, 2, 3, 4, per_block, 2 * per_block}))
     families = [[f * 10_000 + i for i in range(L)] for f in range(3)]  # three shared prefixes
 
     class BlockPoolMachine(RuleBasedStateMachine):
@@ -296,15 +305,15 @@ def machine_for(setup: Setup, make_driver: Any = None) -> type:
                 self.d.schedule(rids[pick % len(rids)], chunks * unit)
 
         # Scheduling and completing steps are most of a server's life: three and two rules' weight.
-        @rule(pick=st.integers(0, 9), chunks=st.integers(1, 4))
+        @rule(pick=st.integers(0, 9), chunks=chunk_sizes)
         def schedule(self, pick: int, chunks: int) -> None:
             self._schedule(pick, chunks)
 
-        @rule(pick=st.integers(0, 9), chunks=st.integers(1, 4))
+        @rule(pick=st.integers(0, 9), chunks=chunk_sizes)
         def schedule_more(self, pick: int, chunks: int) -> None:
             self._schedule(pick, chunks)
 
-        @rule(chunks=st.integers(1, 4), complete=st.booleans())
+        @rule(chunks=chunk_sizes, complete=st.booleans())
         def iterate(self, chunks: int, complete: bool) -> None:
             """One scheduler iteration: every request gets a step (running first, then waiting, oldest
             first); when the pool refuses a running request, the newest running one is preempted
