@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from kvarena.spec.errors import ConfigError
 from kvarena.spec.layout import entry_layout, page_bytes
-from kvarena.spec.models import PRESETS, TOY_MODELS, ArenaConfig, ModelSpec, preset
-from kvarena.text import UsageError, table
+from kvarena.spec.models import PRESETS, TOY_MODELS, ModelSpec, preset
+from kvarena.text import UsageError, check_page_size, table
 
 EPILOG = """\
 columns: rows = tensors per entry (one per layer and part: k, v, conv, ssm, ...); entry B = bytes of one
@@ -40,19 +39,10 @@ def _model(name: str) -> ModelSpec:
     return preset(name)
 
 
-def _check_page_size(model: ModelSpec, page_size: int) -> None:
-    """The arena's own rule (ArenaConfig.validate) decides, so this command accepts exactly what an arena does;
-    the message is replay's and simulate's."""
-    try:
-        ArenaConfig(model, capacity=1, page_size=page_size).validate()
-    except ConfigError:
-        raise UsageError(f"--page-size {page_size} must be a power of two (e.g. 16 or 64 tokens)") from None
-
-
 def run(args: argparse.Namespace) -> int:
     names = [args.name] if args.name else list(PRESETS) + (list(TOY_MODELS) if args.toys else [])
     models = [_model(n) for n in names]
-    _check_page_size(models[0], args.page_size)
+    check_page_size(args.page_size)
     rows = [(m.name, c.name, c.kind.value, len(c.rows), entry_layout(c).entry_bytes, page_bytes(c, args.page_size))
             for m in models for c in m.classes]
     print(table(("model", "class", "kind", "rows", "entry B", "page B"), rows, keep=2, align="lllrrr"))

@@ -27,7 +27,7 @@ from kvarena.simulator.scheduler import SIMPLE, SchedulerInvariantError, Schedul
 from kvarena.simulator.scheduler import run as run_scheduler
 from kvarena.spec.errors import ArenaError, CapacityTooSmallError
 from kvarena.spec.models import PRESETS, ArenaConfig, preset
-from kvarena.text import UsageError, gib
+from kvarena.text import UsageError, check_run_flags, gib
 
 # ---- scheduler model (kvarena/simulator/scheduler.py SIMPLE, shared with `kvarena simulate`) ------
 # Decode headroom kept at admission, as SGLang's new_token_ratio: reserve this share of every
@@ -203,14 +203,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def check_args(args: argparse.Namespace) -> None:
     """Flags in the user's units: one line naming the flag to change (UsageError, exit 2)."""
-    if args.capacity_gib is not None and not (math.isfinite(args.capacity_gib) and args.capacity_gib > 0):
-        raise UsageError(f"--capacity-gib {args.capacity_gib:g} must be a number of GiB > 0 (e.g. 16)")
-    if args.page_size < 1 or args.page_size & (args.page_size - 1):
-        raise UsageError(f"--page-size {args.page_size} must be a power of two (e.g. 16 or 64 tokens)")
-    if args.scale <= 0:
-        raise UsageError(f"--scale {args.scale:g} must be > 0")
-    if args.check_every < 0:
-        raise UsageError(f"--check-every {args.check_every} must be >= 0 (0: at the end only)")
+    check_run_flags(args)
 
 
 def too_small(model: str, capacity: int, page_size: int, given: str) -> str:

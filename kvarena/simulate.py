@@ -25,7 +25,7 @@ from kvarena.simulator.simulation import configurations, simulate
 from kvarena.simulator.workloads import PRESET_WORKLOADS, Workload, lengths_from, trace_workload, workload
 from kvarena.spec.errors import ArenaError, CapacityTooSmallError
 from kvarena.spec.models import PRESETS, preset
-from kvarena.text import UsageError, gib
+from kvarena.text import UsageError, check_run_flags, gib
 
 RULES = {f.name: f for f in dataclasses.fields(SchedulerModel)
          if f.name not in ("check_every", "stall_steps", "forward_requests", "max_running")}
@@ -195,16 +195,9 @@ def scheduler_model(specs: list[str]) -> SchedulerModel:
 
 def check_args(args: argparse.Namespace) -> None:
     """Flags in the user's units: one line naming the flag to change (UsageError, exit 2)."""
-    if args.capacity_gib is not None and not (math.isfinite(args.capacity_gib) and args.capacity_gib > 0):
-        raise UsageError(f"--capacity-gib {args.capacity_gib:g} must be a number of GiB > 0 (e.g. 16)")
+    check_run_flags(args)
     if args.mem_fraction is not None and not 0 < args.mem_fraction <= 1:
         raise UsageError(f"--mem-fraction {args.mem_fraction:g} must be in (0, 1] (SGLang's is ~0.9 on an H200)")
-    if args.page_size < 1 or args.page_size & (args.page_size - 1):
-        raise UsageError(f"--page-size {args.page_size} must be a power of two (e.g. 16 or 64 tokens)")
-    if args.scale <= 0:
-        raise UsageError(f"--scale {args.scale:g} must be > 0")
-    if args.check_every < 0:
-        raise UsageError(f"--check-every {args.check_every} must be >= 0 (0: at the end only)")
     if args.request_rate is not None and not (math.isfinite(args.request_rate) and args.request_rate > 0):
         raise UsageError(f"--request-rate {args.request_rate:g} must be > 0 requests per second")
     if args.request_rate is not None and args.concurrency:

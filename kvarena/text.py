@@ -111,3 +111,31 @@ def _cell(x: object) -> str:
     if isinstance(x, float):
         return f"{x:,.3g}" if abs(x) < 1000 else f"{x:,.0f}"
     return str(x)
+
+
+# -- flags several commands share, checked in the user's units ------------------------------------------
+
+
+def check_page_size(page_size: int) -> None:
+    """The arena's own rule (``ArenaConfig.validate``) decides, so a command accepts exactly what an arena does."""
+    from kvarena.spec.errors import ConfigError
+    from kvarena.spec.models import ArenaConfig, preset
+
+    try:
+        ArenaConfig(preset("toy-swa"), capacity=1, page_size=page_size).validate()
+    except ConfigError:
+        raise UsageError(f"--page-size {page_size} must be a power of two (e.g. 16 or 64 tokens)") from None
+
+
+def check_run_flags(args: object) -> None:
+    """``--capacity-gib``, ``--page-size``, ``--scale`` and ``--check-every`` (replay and simulate)."""
+    import math
+
+    cap = getattr(args, "capacity_gib", None)
+    if cap is not None and not (math.isfinite(cap) and cap > 0):
+        raise UsageError(f"--capacity-gib {cap:g} must be a number of GiB > 0 (e.g. 16)")
+    check_page_size(args.page_size)  # type: ignore[attr-defined]
+    if args.scale <= 0:  # type: ignore[attr-defined]
+        raise UsageError(f"--scale {args.scale:g} must be > 0")  # type: ignore[attr-defined]
+    if args.check_every < 0:  # type: ignore[attr-defined]
+        raise UsageError(f"--check-every {args.check_every} must be >= 0 (0: at the end only)")  # type: ignore
