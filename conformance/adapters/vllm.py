@@ -168,6 +168,12 @@ class Plan:
         return tuple(g.kv_cache_spec.block_size for g in self.kv_cache_config.kv_cache_groups)
 
 
+# kvarena's presets are all hybrid; one full-attention model drives the single-group path
+# (``UnitaryKVCacheCoordinator``).
+SINGLE_GROUP = {"toy-full": lambda: ModelSpec("toy-full", (preset("toy-swa").cls("full"),), max_context_len=32,
+                                              source="toy-swa's full-attention class alone")}
+
+
 def hybrid_block_size(model: ModelSpec, kernel_block: int) -> int:
     """The attention block size vLLM picks for a model with recurrent state: the smallest multiple of the
     kernel block whose attention page (one full-attention layer) covers one layer's state page.
@@ -196,7 +202,7 @@ def build(model: str | ModelSpec, *, num_blocks: int = 24, block_size: int = 4, 
     :func:`hybrid_block_size`, and mamba cache mode "align" when prefix caching is on (what
     ``MambaModelConfig.verify_and_update_config`` sets, vllm/model_executor/models/config.py:764-779)."""
     V = load_vllm()
-    spec = preset(model) if isinstance(model, str) else model
+    spec = (SINGLE_GROUP[model]() if model in SINGLE_GROUP else preset(model)) if isinstance(model, str) else model
     max_len = max_model_len or spec.max_context_len
     if mamba_cache_mode is None:
         mamba_cache_mode = "align" if enable_caching else "none"

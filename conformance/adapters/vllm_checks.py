@@ -248,6 +248,7 @@ class Setup:
 
 
 SETUPS = {
+    "toy-full": Setup("toy-full", num_blocks=16),  # one group: UnitaryKVCacheCoordinator, FullAttentionManager
     "toy-swa": Setup("toy-swa", num_blocks=20),  # full (8-token blocks) + window (4): two block sizes, 4-token hash
     "toy-state": Setup("toy-state", num_blocks=96),  # full + GDN state (mamba "align"): three groups
     "toy-tri": Setup("toy-tri", num_blocks=96),  # full + window + state: five groups over one pool

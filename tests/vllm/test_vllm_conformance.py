@@ -7,8 +7,8 @@ Skipped, with one line, when vllm is not installed.  What runs and what it found
 * it is vLLM's code: the manager, coordinator, per-type managers and block pool come from the wheel, the
   config from vLLM's own planning, and every ``sys.modules`` stand-in is one vllm_load.py lists and explains;
 * the state machine (the scheduler's calls into the manager, every invariant after every call) holds on
-  seven setups (three toys, GPT-OSS-20B, Qwen3.5-4B, and two with hashes finer than a block) and exercises
-  prefix hits, deferred frees, preemption, refusals and copy-on-write of partial hits;
+  eight setups (four toys, one of them single-group, GPT-OSS-20B, Qwen3.5-4B, and two with hashes finer
+  than a block) and exercises prefix hits, deferred frees, preemption, refusals and copy-on-write;
 * six planted bugs in vLLM's classes are each killed within the same budget the unmutated manager passes;
 * each invariant the planted bugs do not reach fails on a hand-corrupted state.
 
@@ -64,8 +64,8 @@ def test_the_manager_is_vllms_own_code() -> None:
         "FullAttentionManager", "FullAttentionManager", "SlidingWindowManager", "SlidingWindowManager",
         "MambaManager"]
     assert type(d.pool) is V.pool.BlockPool and type(d.pool.free_block_queue) is V.utils.FreeKVCacheBlockQueue
-    single = va.Driver(va.build("toy-swa", num_blocks=8, max_model_len=32, mamba_cache_mode="none"))
-    assert type(single.manager.coordinator) is V.coordinator.HybridKVCacheCoordinator
+    single = va.Driver(vc.SETUPS["toy-full"].plan())
+    assert type(single.manager.coordinator) is V.coordinator.UnitaryKVCacheCoordinator
     stubs = sorted(n for n, m in list(sys.modules.items()) if (n.split(".")[0] in ("vllm", "zmq", "psutil"))
                    and (m.__doc__ or "") == vllm_load.STUB_DOC)
     assert set(stubs) <= set(vllm_load.STUBS), sorted(set(stubs) - set(vllm_load.STUBS))
@@ -107,6 +107,13 @@ def test_the_machine_holds(setup: str) -> None:
         wanted.append("cow copies")  # sub-block hits are served by copy-on-write blocks, withheld for the copy
     for what in wanted:
         assert stats.get(what), f"{setup}: the machine never exercised {what!r}: {stats}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("setup", sorted(vc.SETUPS))
+def test_the_machine_holds_on_fresh_seeds(setup: str) -> None:
+    """``make slow``: the nightly profile (random seeds, 1,500 examples of up to 120 steps) per setup."""
+    run_state_machine_as_test(vc.machine_for(vc.SETUPS[setup]), settings=settings.get_profile("nightly"))
 
 
 def test_a_deferred_free_is_withheld_until_its_step_completes() -> None:
