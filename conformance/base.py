@@ -24,7 +24,7 @@ conformance/example/ is a worked example: a third-party two-ended pool and its ~
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from itertools import islice
 from types import SimpleNamespace
 from typing import Any
@@ -48,6 +48,39 @@ Page = tuple[str, int]  # (class, slot)
 
 def _is_int(x: object) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
+
+
+def check_demand(demand: Any, order: Sequence[str], top: Mapping[str, int], page_bytes: Mapping[str, int],
+                 capacity: int) -> dict[str, int]:
+    """The reference's demand refusals, in its order: a mapping of known classes to ints >= 0, each within its
+    class's grid, the whole within the arena's bytes. Returns the non-zero part."""
+    if not isinstance(demand, Mapping):
+        raise InvalidArgumentError(f"demand must be a mapping class -> pages, got {type(demand).__name__}")
+    out = {}
+    for cls, n in demand.items():
+        if cls not in top:
+            raise InvalidArgumentError(f"demand names class {cls!r}; use one of {list(order)}")
+        if not _is_int(n) or n < 0:
+            raise InvalidArgumentError(f"demand for {cls!r} must be an int >= 0 pages, got {n!r}")
+        if n > top[cls]:
+            raise InvalidArgumentError(f"demand of {n} {cls!r} pages exceeds the {top[cls]} pages the whole arena "
+                                       "holds")
+        if n:
+            out[cls] = n
+    if sum(n * page_bytes[c] for c, n in out.items()) > capacity:
+        raise InvalidArgumentError("demand exceeds the arena's bytes and can never fit")
+    return out
+
+
+def check_vids(vids: Sequence[int], bound: Container[int], what: str, hint: str = "") -> list[int]:
+    """No id twice, every id bound (``bound``: the live virtual ids)."""
+    vids = list(vids)
+    if len(set(vids)) != len(vids):
+        raise InvalidArgumentError(f"{what}: duplicate virtual page ids {sorted(vids)}")
+    for v in vids:
+        if v not in bound:
+            raise UnknownPageError(f"{what}: virtual page {v} is not bound{hint}")
+    return vids
 
 
 class PoolAdapter:
@@ -93,31 +126,10 @@ class PoolAdapter:
 
     # -- argument checks, in the reference's order ------------------------------------------------
     def _demand(self, demand: Mapping[str, int]) -> dict[str, int]:
-        if not isinstance(demand, Mapping):
-            raise InvalidArgumentError(f"demand must be a mapping class -> pages, got {type(demand).__name__}")
-        out = {}
-        for cls, n in demand.items():
-            if cls not in self.kind:
-                raise InvalidArgumentError(f"demand names class {cls!r}; use one of {self.order}")
-            if not _is_int(n) or n < 0:
-                raise InvalidArgumentError(f"demand for {cls!r} must be an int >= 0 pages, got {n!r}")
-            if n > self.top[cls]:
-                raise InvalidArgumentError(f"demand of {n} {cls!r} pages exceeds the {self.top[cls]} pages the "
-                                           "whole arena holds")
-            if n:
-                out[cls] = n
-        if sum(n * self.page_bytes[c] for c, n in out.items()) > self.config.capacity:
-            raise InvalidArgumentError("demand exceeds the arena's bytes and can never fit")
-        return out
+        return check_demand(demand, self.order, self.top, self.page_bytes, self.config.capacity)
 
     def _vids(self, vids: Sequence[int], what: str) -> list[int]:
-        vids = list(vids)
-        if len(set(vids)) != len(vids):
-            raise InvalidArgumentError(f"{what}: duplicate virtual page ids {sorted(vids)}")
-        for v in vids:
-            if v not in self.v2p:
-                raise UnknownPageError(f"{what}: virtual page {v} is not bound")
-        return vids
+        return check_vids(vids, self.v2p, what)
 
     def _owner(self, owner: str) -> dict[str, dict[int, None]]:
         if owner not in self.owners:

@@ -157,6 +157,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from kvarena.conformance.adapter import Observation
+from kvarena.conformance.base import check_demand, check_vids
 from kvarena.conformance.checks import (
     Geometry,
     HeldPage,
@@ -576,31 +577,10 @@ class SGLangArena:
 
     # -- validation (the reference's order of refusals) -----------------------------------------
     def _check_demand(self, demand: Any) -> dict[str, int]:
-        if not isinstance(demand, Mapping):
-            raise InvalidArgumentError(f"demand must be a mapping class -> pages, got {type(demand).__name__}")
-        out: dict[str, int] = {}
-        for cls, n in demand.items():
-            if cls not in self.allocs:
-                raise InvalidArgumentError(f"demand names class {cls!r}; use one of {self.order}")
-            if not isinstance(n, int) or isinstance(n, bool) or n < 0:
-                raise InvalidArgumentError(f"demand for {cls!r} must be an int >= 0 pages, got {n!r}")
-            if n > self.geo.top[cls]:
-                raise InvalidArgumentError(f"demand of {n} {cls!r} pages exceeds the {self.geo.top[cls]} pages the "
-                                           "whole arena holds")
-            if n:
-                out[cls] = n
-        if sum(n * self.page_bytes[c] for c, n in out.items()) > self.config.capacity:
-            raise InvalidArgumentError("demand exceeds the arena's capacity and can never fit")
-        return out
+        return check_demand(demand, self.order, self.geo.top, self.page_bytes, self.config.capacity)
 
     def _check_vids(self, vids: Sequence[int], what: str) -> list[int]:
-        vids = list(vids)
-        if len(set(vids)) != len(vids):
-            raise InvalidArgumentError(f"{what}: duplicate virtual page ids {sorted(vids)}")
-        for v in vids:
-            if v not in self.bound:
-                raise UnknownPageError(f"{what}: virtual page {v} is not bound (SGLang would map it to the sink)")
-        return vids
+        return check_vids(vids, self.bound, what, " (SGLang would map it to the sink)")
 
     def _owner(self, owner: str) -> dict[str, dict[int, None]]:
         try:
