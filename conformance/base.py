@@ -39,7 +39,7 @@ from kvarena.spec.errors import (
     UnknownOwnerError,
     UnknownPageError,
 )
-from kvarena.spec.layout import Kind, entries_per_page, entry_layout
+from kvarena.spec.layout import entries_per_page, entry_layout
 from kvarena.spec.models import ArenaConfig, chain
 from kvarena.spec.types import Mode, Observation, Plan, Rung, UserKind
 
@@ -306,7 +306,3 @@ class PoolAdapter:
         withheld = {c: tuple(sorted(s for k, s in self.withheld if k == c)) for c in self.order}
         return Observation(dict(sorted(self.v2p.items())), {c: tuple(spans[c]) for c in self.order},
                            {c: tuple(sorted(holes.get(c, ()))) for c in self.order}, withheld)
-
-    def fresh_reads_zero(self, cls: str) -> bool:
-        """Whether the harness checks that a fresh slot of ``cls`` reads 0 (recurrent state)."""
-        return self.kind[cls] is Kind.RECURRENT
