@@ -9,10 +9,10 @@ its pool, in physical terms (class, slot):
 ===================================  ==============================================================
 ``place(demand)``                    new slots per class for a demand, all or nothing; ``None`` when
                                      it does not fit (the base raises AdmissionRejectedError)
-``release(cls, slots)``              give slots back to the pool (only slots no user holds)
+``release_slots(cls, slots)``        give slots back to the pool (only slots no user holds)
 ``layout()``                         ``{class: (lo, hi)}`` spans and ``{class: [free slots]}`` holes
 ``write_row`` / ``read_row``         store / load a row's tag in the pool's own bytes
-``compact(max_moves, pinned)``       optional: ``[(class, src, dst)]`` moves the pool made (default:
+``compact_pool(max_moves, pinned)``  optional: ``[(class, src, dst)]`` moves the pool made (default:
                                      none); ``pinned`` are slots no move may touch
 ===================================  ==============================================================
 
