@@ -6,7 +6,7 @@ import argparse
 
 from kvarena.spec.layout import entry_layout, page_bytes
 from kvarena.spec.models import PRESETS, TOY_MODELS, ModelSpec, preset
-from kvarena.text import UsageError, check_page_size, table
+from kvarena.text import check_model, check_page_size, table
 
 EPILOG = """\
 columns: rows = tensors per entry (one per layer and part: k, v, conv, ssm, ...); entry B = bytes of one
@@ -33,9 +33,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _model(name: str) -> ModelSpec:
-    if name not in PRESETS and name not in TOY_MODELS:
-        raise UsageError(f"unknown model {name!r}; the presets are {', '.join(PRESETS)} "
-                         f"(toy geometries for tests: {', '.join(TOY_MODELS)})")
+    check_model(name, toys=True)
     return preset(name)
 
 

@@ -116,6 +116,16 @@ def _cell(x: object) -> str:
 # -- flags several commands share, checked in the user's units ------------------------------------------
 
 
+def check_model(name: str, toys: bool = False) -> None:
+    """A model preset name (``kvarena models`` lists them), or one line naming the presets."""
+    from kvarena.spec.models import PRESETS, TOY_MODELS
+
+    if name in PRESETS or (toys and name in TOY_MODELS):
+        return
+    hint = f" (toy geometries for tests: {', '.join(TOY_MODELS)})" if toys else ""
+    raise UsageError(f"unknown model {name!r}; the presets are {', '.join(PRESETS)}{hint}")
+
+
 def check_page_size(page_size: int) -> None:
     """The arena's own rule (``ArenaConfig.validate``) decides, so a command accepts exactly what an arena does."""
     from kvarena.spec.errors import ConfigError
@@ -128,8 +138,11 @@ def check_page_size(page_size: int) -> None:
 
 
 def check_run_flags(args: object) -> None:
-    """``--capacity-gib``, ``--page-size``, ``--scale`` and ``--check-every`` (replay and simulate)."""
+    """``--model``, ``--capacity-gib``, ``--page-size``, ``--scale`` and ``--check-every`` (replay and simulate)."""
     import math
+
+    if getattr(args, "model", None) is not None:
+        check_model(args.model)
 
     cap = getattr(args, "capacity_gib", None)
     if cap is not None and not (math.isfinite(cap) and cap > 0):

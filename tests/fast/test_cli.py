@@ -129,6 +129,15 @@ def test_models_unknown_preset() -> None:
     assert "qwen3.5-4b" in line
 
 
+@pytest.mark.parametrize("argv", [["models", "nosuch"], ["replay", "--model", "nosuch"],
+                                  ["simulate", "--model", "nosuch", "--workload", "gpt-oss-20b-max"]])
+def test_an_unknown_model_is_the_same_one_line_everywhere(argv: list[str]) -> None:
+    r = kvarena(*argv)
+    assert r.returncode == EXIT_BROKEN and r.stdout == ""
+    line, = r.stderr.strip().splitlines()
+    assert line.startswith(f"kvarena {argv[0]}: unknown model 'nosuch'; the presets are gpt-oss-20b, "), line
+
+
 @pytest.mark.parametrize("page_size", ["3", "0", "-64", "48"])
 def test_models_bad_page_size(page_size: str) -> None:
     r = kvarena("models", "--page-size", page_size)
