@@ -200,7 +200,7 @@ def build(model: str | ModelSpec, *, num_blocks: int = 24, block_size: int = 4, 
 
     ``block_size`` is the attention kernel block; a model with recurrent state gets
     :func:`hybrid_block_size`, and mamba cache mode "align" when prefix caching is on (what
-    ``MambaModelConfig.verify_and_update_config`` sets, vllm/model_executor/models/config.py:764-779)."""
+    ``MambaModelConfig.verify_and_update_config`` sets, vllm/model_executor/models/config.py:763-779)."""
     V = load_vllm()
     spec = (SINGLE_GROUP[model]() if model in SINGLE_GROUP else preset(model)) if isinstance(model, str) else model
     max_len = max_model_len or spec.max_context_len
@@ -299,7 +299,7 @@ class Driver:
     def new_step(self) -> None:
         """A scheduler iteration begins (``KVCacheManager.new_step_starts``).  Its requests share one sequence
         number, taken when the first of them is scheduled: an empty step does not advance it (as
-        ``sched_step_seq`` does not, scheduler.py:1700-1705)."""
+        ``sched_step_seq`` does not, scheduler.py:1777-1780)."""
         self.manager.new_step_starts()
         self.step_open, self.step_seq = True, None
 
