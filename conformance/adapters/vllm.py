@@ -27,14 +27,16 @@ kvarena's operations as the vocabulary:
   ``get_computed_blocks`` then ``allocate_slots(..., num_new_computed_tokens, new_computed_blocks)``;
 * **extend** = ``allocate_slots`` for the next prefill chunk or one decode token of a running request;
 * **share** = the prefix-cache hit inside admit (blocks ``touch``-ed, ref counts raised);
-* **acquire / release** = a step in flight: every successful ``allocate_slots`` is a scheduled step
-  (``sched_step_seq``); ``complete`` finishes the oldest one (``processed_step_seq``) and drains the
-  deferred frees whose fence it passed;
+* **acquire / release** = a step in flight: the requests scheduled in one iteration share a step
+  (``sched_step_seq``, advanced only by a step that schedules tokens); ``complete`` finishes the oldest one
+  (``processed_step_seq``) and drains the deferred frees whose fence it passed;
 * **free** = finish or preempt: ``free`` when the request's last step is processed, otherwise
   ``pop_blocks_for_free`` and a deferred free fenced at the current step, as ``_free_request_blocks``
   does with ``defer_block_free`` on.  Those blocks are *withheld*: still referenced, not yet free.
-* CoW endpoints of partial hits (``take_kv_cache_block_copies``) are withheld the same way, fenced one
-  step ahead (``_free_cow_retained_blocks``).
+* CoW endpoints of partial hits (``take_kv_cache_block_copies``) are withheld the same way, fenced at the
+  step that runs the copies (``_free_cow_retained_blocks``);
+* **drop / slide** have no counterpart a caller issues: vLLM releases out-of-window blocks itself inside
+  ``allocate_slots`` (``remove_skipped_blocks``), which the machine reaches on every sliding-window step.
 
 The checks (:func:`vllm_checks.check_pool`) are the conformance level this adapter is held to: ``block-pool``.
 """
