@@ -227,3 +227,12 @@ def test_impl_imports_from_the_current_directory(tmp_path: Path) -> None:
     assert "result: PASS at level safety" in r.stdout
     n = len(list(VECTOR_DIR.glob("*.jsonl")))
     assert f"kvarena conform: vectors {n}/{n}" in r.stderr  # progress on stderr
+
+
+def test_an_admission_only_the_implementation_makes_names_the_invariant_at_decisions() -> None:
+    from kvarena.conformance.example.adapter import make_buggy
+
+    report = conform(make_buggy, level="decisions", vectors=VECTOR_DIR / "mixed-toy-swa.jsonl", examples=0)
+    (v,) = report.vectors
+    assert v.status == "failed" and "the implementation's state now breaks INV-NO-OVERLAP" in v.message, v.message
+    assert v.inv == "INV-NO-OVERLAP"
