@@ -34,6 +34,7 @@ from kvarena.text import EXIT_OK, EXIT_VIOLATION, UsageError
 STANDARD_TRACES = (
     ("gpt-oss-20b", 6 << 30, 64, 0.5),
     ("qwen3.5-4b", 10 << 30, 64, 0.5),
+    ("hymba-1.5b", 4 << 30, 64, 0.5),  # three classes: the float band, so rung 3 (relayout) runs
 )
 
 

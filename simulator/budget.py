@@ -29,6 +29,7 @@ WEIGHTS_GB: dict[str, float | None] = {
     "kimi-linear-48b-a3b": 96.0,
     "jamba-1.5-mini": 104.0,
     "gemma-3-27b": 54.0,
+    "hymba-1.5b": 3.04,  # 1.52B parameters (model card) x 2 B bf16; assumption: bf16 checkpoint
     "kimi-k3": None,
 }
 

@@ -73,6 +73,8 @@ MODEL_COSTS: dict[str, ModelCost] = {
                                      "(576 QK + 512 PV) / 2 per head (approximate)"),
     "jamba-1.5-mini": ModelCost(104e9, 12e9, 32, 128, "52B total, 12B active (AI21 model card)"),
     "gemma-3-27b": ModelCost(54e9, 27e9, 32, 128, "27B dense"),
+    "hymba-1.5b": ModelCost(3.04e9, 1.52e9, 25, 64, "1.52B dense (model card), bf16; the Mamba heads' scan "
+                            "is not costed"),
 }
 
 

@@ -290,6 +290,42 @@ def _gemma3_27b() -> ModelSpec:
     )
 
 
+def _hymba_1_5b() -> ModelSpec:
+    """Hybrid-head layers: every layer runs attention heads and a Mamba head in parallel, so every layer has
+    a state row, and its attention is full (3 layers) or a sliding window (the other 29)."""
+    full = [0, 15, 31]  # global_attn_idx
+    # kv_reuse_group [[1, 2], [3, 4], ..., [13, 14], [16, 17, 18], [19, 20], ..., [29, 30]]: the first layer
+    # of a group computes K/V, the rest read it; a consumer layer has no KV rows of its own, so only the 14
+    # producers carry rows.
+    groups = [[i, i + 1] for i in range(1, 15, 2)] + [[16, 17, 18]] + [[i, i + 1] for i in range(19, 31, 2)]
+    producers = [g[0] for g in groups]
+    return ModelSpec(
+        name="hymba-1.5b",
+        classes=(
+            StateClass("full", Kind.FULL, mha_rows(full, kv_heads=5, head_dim=64)),
+            # 128 meta tokens stay in every SWA layer's cache beside the 1,024-token window: 1,024 + 128
+            StateClass("window", Kind.WINDOW, mha_rows(producers, kv_heads=5, head_dim=64), window=1024 + 128),
+            # d_inner = mamba_expand 2 x hidden 1600 = 3200 (the config's conv_dim), d_conv 4, d_state 16
+            StateClass("state", Kind.RECURRENT, mamba1_rows(range(32), d_inner=3200, d_conv=4, d_state=16)),
+        ),
+        max_context_len=8192,
+        source="nvidia/Hymba-1.5B-Base config.json (hidden 1600, 32 layers, global_attn_idx [0, 15, 31], "
+               "kv_reuse_group, conv_dim 3200, mamba_d_state 16, d_conv 4, expand 2); model card (25 heads, "
+               "16 SSM states, 3 full-attention layers); arXiv 2411.13676",
+        assumptions=("num_key_value_heads 5, sliding_window 1024, num_memory_tokens 128: read from a third-party "
+                     "copy of the config, not the pinned config itself",
+                     "head_dim = hidden 1600 / 25 heads = 64 (kq_head_dim -1: the default)",
+                     "one Mamba head per layer (num_mamba 1, the HymbaConfig default)",
+                     "max_context_len 8192 (max_position_embeddings not verified)",
+                     "KV bf16; Mamba SSM state fp32, conv state bf16 (SGLang's defaults; torch_dtype not verified)",
+                     "cross-layer KV sharing: consumer layers of each kv_reuse_group hold no rows (14 window "
+                     "layers with rows of 29); the 3 global layers share nothing",
+                     "meta tokens: their 128 KV entries in each SWA layer are modelled as 128 more window tokens "
+                     "(same pages per request: ceil(1024/64) + 1 + 128/64 = 19 at page 64); in full layers "
+                     "they are prompt tokens the caller counts"),
+    )
+
+
 PRESETS: dict[str, Callable[[], ModelSpec]] = {
     "gpt-oss-20b": lambda: _gpt_oss("gpt-oss-20b", 24),
     "gpt-oss-120b": lambda: _gpt_oss("gpt-oss-120b", 36),
@@ -301,6 +337,7 @@ PRESETS: dict[str, Callable[[], ModelSpec]] = {
     "kimi-k3": _kimi_k3,
     "jamba-1.5-mini": _jamba_mini,
     "gemma-3-27b": _gemma3_27b,
+    "hymba-1.5b": _hymba_1_5b,
 }
 
 

@@ -54,7 +54,8 @@ def test_entry_bytes_match_published_figures(name: str) -> None:
 
 def test_every_published_figure_has_a_preset() -> None:
     assert set(EXPECTED_BYTES) <= set(PRESETS)
-    assert set(PRESETS) - set(EXPECTED_BYTES) == {"kimi-k3"}  # no published figure (DSA geometry assumed)
+    # no published figure: kimi-k3 (DSA geometry assumed); hymba-1.5b (bytes checked by hand from its config below)
+    assert set(PRESETS) - set(EXPECTED_BYTES) == {"kimi-k3", "hymba-1.5b"}
 
 
 @pytest.mark.parametrize("name", ALL)
@@ -197,7 +198,7 @@ def test_worst_case_demand() -> None:
                                                                                          "state": 1}
 
 
-@pytest.mark.parametrize("name", sorted(PRESETS))
+@pytest.mark.parametrize("name", [n for n in sorted(PRESETS) if len(preset(n).classes) == 2])
 def test_feasibility_floor_is_exact_for_two_band_presets(name: str) -> None:
     """The smallest arena that holds one worst-case request: the floor check is tight."""
     probe = ArenaConfig(preset(name), capacity=GiB)
@@ -360,4 +361,99 @@ def test_scale_gpt_oss_20b_h200() -> None:
     assert ops["rejected"] > 0 and a.stats.rung_used[2] > 0  # the run reached memory pressure
     assert all(len(a.held(o)["window"]) <= 3 for o in live)
     assert a.used_bytes() <= a.capacity
+    check_all(a)
+
+
+# =============================================================================================
+# Hymba-1.5B: the one preset with three classes (state | window float | full), so rung 3 runs on a real model
+
+HYMBA_GLOBAL = [0, 15, 31]  # global_attn_idx
+HYMBA_KV_PRODUCERS = [1, 3, 5, 7, 9, 11, 13, 16, 19, 21, 23, 25, 27, 29]  # first layer of each kv_reuse_group
+
+
+def test_hymba_bytes_by_hand_from_the_config() -> None:
+    """K and V: 5 KV heads x head_dim 64 (1600 / 25) x 2 B = 640 B each; Mamba: d_inner 3200 (expand 2 x 1600),
+    conv 3200 x (d_conv 4 - 1) bf16 = 19,200 B, ssm 3200 x d_state 16 fp32 = 204,800 B, in every one of 32 layers."""
+    cfg = ArenaConfig(preset("hymba-1.5b"), capacity=GiB, page_size=64)
+    kv_layer = 2 * 5 * 64 * 2
+    mamba_layer = 3200 * 3 * 2 + 3200 * 16 * 4
+    assert (kv_layer, mamba_layer) == (1280, 224000)
+    assert summarize(cfg).per_class == {
+        "full": ("full", 3 * kv_layer, 64 * 3 * kv_layer),  # 3,840 B / token, 245,760 B / page
+        "window": ("window", 14 * kv_layer, 64 * 14 * kv_layer),  # 17,920 B / token, 1,146,880 B / page
+        "state": ("recurrent", 32 * mamba_layer, 32 * mamba_layer),  # 7,168,000 B per request
+    }
+    assert cfg.model.bytes_per_token(Kind.FULL) + cfg.model.bytes_per_token(Kind.WINDOW) == 17 * kv_layer
+
+
+def test_hymba_rows_follow_global_layers_and_kv_sharing() -> None:
+    """Consumer layers of a kv_reuse_group read their producer's K/V: no rows of their own. Every layer has a
+    Mamba head beside its attention heads, so every layer has state rows."""
+    m = preset("hymba-1.5b")
+    layers = {c.name: sorted({r.layer for r in c.rows}) for c in m.classes}
+    assert layers == {"full": HYMBA_GLOBAL, "window": HYMBA_KV_PRODUCERS, "state": list(range(32))}
+    consumers = set(range(32)) - set(HYMBA_GLOBAL) - set(HYMBA_KV_PRODUCERS)
+    assert len(consumers) == 15 and consumers == {2, 4, 6, 8, 10, 12, 14, 17, 18, 20, 22, 24, 26, 28, 30}
+    assert m.cls("window").window == 1024 + 128  # sliding_window + the meta tokens every SWA layer keeps
+    assert any("meta tokens" in a for a in m.assumptions) and any("kv_reuse_group" in a for a in m.assumptions)
+    assert worst_case_demand(ArenaConfig(m, capacity=GiB)) == {"full": 128, "window": 19, "state": 1}
+
+
+def test_hymba_three_classes_in_chain_order_at_an_h200_budget() -> None:
+    from kvarena.simulator.budget import replay_budget
+
+    cap, line = replay_budget("hymba-1.5b")
+    assert "3.04 GB weights" in line and 118 * GiB < cap < 119 * GiB
+    a = Arena(ArenaConfig(preset("hymba-1.5b"), capacity=cap, page_size=64))
+    assert [c.name for c in chain(a.config.model)] == ["state", "window", "full"]
+    assert [a.bands[n].role.value for n in a.order] == ["low", "float", "high"]
+    assert a.bands["full"].top == cap // 245760 and a.bands["state"].top == cap // 7168000
+    a.admit("r", {"state": 1, "window": 19, "full": 128})
+    check_all(a)
+
+
+def test_hymba_rung3_moves_the_window_float_and_content_follows() -> None:
+    """256 MiB: the window float's split-pool hint is slot 107 (122,716,160 B), so 17 state slots fit below it;
+    the 18th admission needs the float moved up (rung 3), and a stand-alone relayout opens room the same way."""
+    from kvarena.spec.types import Rung
+
+    a = Arena(ArenaConfig(preset("hymba-1.5b"), capacity=256 << 20, page_size=64))
+    w = a.admit("W", {"window": 19}).pages["window"]
+    assert [a.translate(v)[1] for v in w] == list(range(107, 126))
+    a.write(w[0], 3, 1, 41)
+    a.admit("F", {"full": 128})
+    for i in range(17):
+        assert a.admit(f"S{i}", {"state": 1}).plan.rung is Rung.REUSE
+    ad = a.admit("S17", {"state": 1})
+    assert ad.plan.rung is Rung.RELAYOUT and ad.plan.moves
+    assert {m.cls for m in ad.plan.moves} == {"window"}
+    assert ad.plan.bytes_moved == {3: len(ad.plan.moves) * 1146880}
+    assert a.read(w[0], 3, 1) == 41 and a.translate(w[0])[1] > 107
+    check_all(a)
+    # free a state request and the window's owner, re-admit a window, fill state to the float: relayout alone
+    a.free("S0")
+    a.free("W")
+    w2 = a.admit("W2", {"window": 19}).pages["window"]
+    a.write(w2[-1], 0, 0, 7)
+    while a.plan_admission({"state": 1}).rung is Rung.REUSE:
+        a.admit(f"T{a.stats.admitted}", {"state": 1})
+    plan = a.relayout({"state": 1})
+    assert plan.rung is Rung.RELAYOUT and {m.cls for m in plan.moves} == {"window"} and not plan.placements
+    assert a.read(w2[-1], 0, 0) == 7
+    assert a.admit("after", {"state": 1}).plan.rung is Rung.REUSE  # the room below the float is open now
+    assert a.stats.rung_used[3] >= 1
+    check_all(a)
+
+
+def test_hymba_feasibility_floor_is_what_the_refusal_says() -> None:
+    """Three bands: the float's grid need not meet its neighbours', so the floor is not exact; the capacity the
+    refusal names (worst-case bytes + the largest page) holds the worst-case request."""
+    probe = ArenaConfig(preset("hymba-1.5b"), capacity=GiB)
+    worst = worst_case_demand(probe)
+    need = sum(n * probe.page_bytes(c) for c, n in worst.items())
+    assert need == 128 * 245760 + 19 * 1146880 + 7168000
+    with pytest.raises(CapacityTooSmallError, match=f"at least {need + 7168000} B"):
+        Arena(ArenaConfig(probe.model, capacity=need + 40960))
+    a = Arena(ArenaConfig(probe.model, capacity=need + 7168000))
+    a.admit("worst", worst)
     check_all(a)
