@@ -174,6 +174,9 @@ PRESET_WORKLOADS: dict[str, Workload] = {w.name: w for w in (
     Workload("gpt-oss-20b-ratio", summary="--swa-full-tokens-ratio 0.1 vs the default 0.8, workload of gpt-oss-20b-max",
              swa_ratios=(DEFAULT_SWA_FULL_TOKENS_RATIO, 0.1), **_GPT_OSS_MAX, calibration=_GPT_OSS_CAL,
              published=Published("ratio_throughput", None, 0.88, "ratio 0.1 costs ~12% throughput")),
+    # No published figure: the one preset with a float band (state | window | full) at the H200 budget.
+    Workload("hymba-1.5b-6k-2k", "hymba-1.5b", "three classes (no published figure): the window float moves (rung "
+             "3) while state, window and full pages share the arena", _fixed(6144, 2048), None, requests=4000),
 )}
 
 

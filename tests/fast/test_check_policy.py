@@ -10,6 +10,7 @@ def test_shipped_policy_passes_with_quality_table(capsys) -> None:
     out = capsys.readouterr().out
     assert "best-fit" in out and "ok" in out
     assert "MiB moved" in out and "gpt-oss-20b" in out and "ladder" in out  # compared with the default
+    assert "hymba-1.5b" in out  # the three-class trace: rung 3 (relayout) in the comparison
     assert "1 of 1 policies safe" in out
     assert "Z3 plan obligations: 42/42 proven" in out
 
