@@ -23,8 +23,9 @@ Shapes the harness expects (checked; a wrong shape is an :class:`AdapterError` n
 * ``drop`` / ``slide`` / ``free`` return the virtual ids freed (a sequence of ints);
 * ``compact`` / ``relayout`` return anything; a Plan-like object (``rung``, ``moves``) is compared at
   ``exact`` and its ``moves`` checked against ``max_moves`` at every level;
-* ``read`` returns the last tag written (an int), ``0`` for an unwritten recurrent row, ``None`` or
-  anything for an unwritten token row (never checked);
+* ``read`` returns the last tag written (an int), ``0`` for a row never written since the page was handed
+  out, in every class (a hand-out zeroes the page: bands of different classes share bytes); compared
+  exactly at every level (INV-CONTENT-FOLLOWS-VID);
 * ``translate`` returns ``(class, slot)``;
 * ``observe`` returns an :class:`Observation` (or a mapping with its four fields);
 * ``held(owner)`` (optional) returns class -> ids the owner holds, in acquisition order; when present it

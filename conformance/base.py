@@ -16,7 +16,7 @@ its pool, in physical terms (class, slot):
                                      none); ``pinned`` are slots no move may touch
 ===================================  ==============================================================
 
-A fresh slot must read 0 in every row of a recurrent class (zero pages on hand-out).  The refusals a
+A fresh slot must read 0 in every row, every class (zero pages on hand-out).  The refusals a
 ``safety`` adapter must reproduce are the ones the base raises, listed in conformance/README.md.
 conformance/example/ is a worked example: a third-party two-ended pool and its ~100-line adapter.
 """

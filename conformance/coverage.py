@@ -22,6 +22,7 @@ EXPOSURE = {
     "INV-LEDGER-SAFETY": "steps that changed the state while a ledger user held pages",
     "INV-PAGE-ATOMIC": "steps that moved, freed or placed pages while written rows were live",
     "INV-VMAP-BIJECTIVE": "steps that bound, unbound or remapped a virtual page",
+    "INV-CONTENT-FOLLOWS-VID": "steps that placed or moved a page (fresh rows read 0, written rows follow the id)",
     "INV-BYTE-CONSERVATION": "steps that changed the observation",
     "INV-FEASIBILITY-FLOOR": "configurations built and compared with the reference",
     "INV-REFUSAL-IS-NOOP": "refused steps checked for an unchanged state",

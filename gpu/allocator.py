@@ -88,7 +88,6 @@ class GpuArena(BatchOps, MoveOps):
         self.ptab = PageTables(self, page_width) if page_width else None  # per-request page tables
         self.owners.listener = self.ptab
         self.users: dict[str, User] = {}
-        self._written: dict[int, set[tuple[int, int]]] = {}  # token rows written: None vs a tag only
         self.stats = {"moves": {2: 0, 3: 0}, "bytes_moved": {2: 0, 3: 0}, "move_launches": 0, "zero_launches": 0,
                       "released_by_event": 0}
 
@@ -386,9 +385,6 @@ class GpuArena(BatchOps, MoveOps):
                 if len(mine):
                     band.live.clear(mine)  # type: ignore[attr-defined]
                     self._vacate_many(band, mine)
-            if self._written:
-                for v in self._written.keys() & set(freed.tolist()):
-                    del self._written[v]
             self.pool.give(freed)
             self.tables.unbind(classes, freed, slots)
         for b in self._chain:
@@ -471,15 +467,11 @@ class GpuArena(BatchOps, MoveOps):
         if not -(1 << 63) <= tag < 1 << 63:  # the row holds the tag's bytes: 64 of them
             raise InvalidArgumentError(f"write: tag {tag} is outside the int64 range this implementation stores")
         self.mem.write_tag(cls, slot, vid, entry, row, tag)
-        if not self.mem.is_recurrent(cls):
-            self._written.setdefault(vid, set()).add((entry, row))
 
-    def read(self, vid: int, entry: int, row: int) -> int | None:
-        """The tag decoded from the row's bytes; None for a token row never written since the page was bound
-        (an unwritten recurrent row decodes to 0 from its zeroed bytes)."""
+    def read(self, vid: int, entry: int, row: int) -> int:
+        """The tag decoded from the row's bytes: what the bytes say, 0 for a row never written since the page
+        was handed out (every hand-out zeroes the page, every class)."""
         cls, slot = self._page_row(vid, entry, row)
-        if not self.mem.is_recurrent(cls) and (entry, row) not in self._written.get(vid, ()):
-            return None
         return self.mem.read_tag(cls, slot, vid, entry, row)
 
     def views(self, cls: str) -> dict[tuple[int, str], torch.Tensor]:

@@ -49,7 +49,35 @@ NOT_MODELLED = {
         "free and its free-time plan in one commit), checked by reference/invariants.py::check_refusal_is_noop "
         "in every state the conformance machine reaches, by the pickle compare after every case of "
         "tests/fast/test_errors.py, and by tests/fast/test_validate.py for every validator rule"),
+    "INV-CONTENT-FOLLOWS-VID": (
+        "a property of values and history: a row reads its last write. The model abstracts content to one Bool per "
+        "(band, slot, entry, row) (a tag was written there), so a tag's identity, and which write was last, cannot "
+        "be stated. Its structural half is proved: INV-PAGE-ATOMIC's rows-at-live (model.py::rows_at_live: content "
+        "only at live slots, so a hand-out of a hole or gap slot starts empty, i.e. reads 0) and rows-in-layout hold "
+        "after every transition, and prove_content_transport proves that a hand-out leaves no row at its slot and "
+        "a move carries every row to the destination. The value half is checked by "
+        "reference/invariants.py::check_content_follows_vid in every state the machine reaches and by the "
+        "conformance harness, which keeps every write and reads every row of every live page after every step"),
 }
+def prove_content_transport(mutant: str | None = None, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> dict[str, str]:
+    """INV-CONTENT-FOLLOWS-VID's two transport lemmas, on the model's own update terms (unbounded): a hand-out
+    (``transitions.bind``, every placement's bind) leaves no row at its slot, and a move (``transitions._move_post``,
+    every compaction and relayout move) puts every row of the source, and only those, at the destination. Lemma ->
+    Z3 status: ``unsat`` is proven; a ``mutant`` of ``_move_post`` (e.g. "partial-layer-move") must make it ``sat``."""
+    st = M.state("cfv")
+    b, s, v, src, dst, e, r, uw = (z3.Int(f"cfv.{n}") for n in ("b", "s", "v", "src", "dst", "e", "r", "uw"))
+    post, _args = T._move_post(st, b, src, dst, z3.Bool("cfv.iu"), uw, mutant, "cfv")
+    goals = {"hand-out zeroes": z3.Not(T.bind(st, b, s, v)["content"][b, s, e, r]),
+             "move carries every row": z3.Implies(src != dst, post.content[b, dst, e, r] == st.content[b, src, e, r])}
+    out = {}
+    for name, goal in goals.items():
+        solver = z3.Solver()
+        solver.set(timeout=timeout_ms)
+        solver.add(z3.Not(goal))
+        out[name] = str(solver.check())
+    return out
+
+
 WITNESS_BOUND = ("witnesses: toy-tri, capacity 2048 B, page_size 4; slots < 10, vids < 8, 3 owners, 3 users, "
                  "entries and rows < 5")
 

@@ -36,7 +36,7 @@ from kvarena.spec.errors import (
     UnknownOwnerError,
     UnknownPageError,
 )
-from kvarena.spec.layout import Kind, entries_per_page, entry_layout
+from kvarena.spec.layout import entries_per_page, entry_layout
 from kvarena.spec.models import ArenaConfig, chain, worst_case_demand
 from kvarena.spec.types import Mode, Move, Plan, Rung, UserKind
 
@@ -591,13 +591,11 @@ class Arena:
             raise InvalidArgumentError(f"write: tag must be an int (a content fingerprint), got {tag!r}")
         self.content.setdefault(page, {})[(entry, row)] = tag
 
-    def read(self, vid: int, entry: int, row: int) -> int | None:
-        """The last tag written; 0 for an unwritten recurrent row (slots start zeroed), else None."""
+    def read(self, vid: int, entry: int, row: int) -> int:
+        """The last tag written; 0 for a row never written since the page was handed out (every hand-out
+        zeroes the page, every class: bands of different classes share bytes)."""
         page = self._row_check(vid, entry, row)
-        tag = self.content.get(page, {}).get((entry, row))
-        if tag is None and self.classes[page[0]].kind is Kind.RECURRENT:
-            return 0
-        return tag
+        return self.content.get(page, {}).get((entry, row), 0)
 
     # =========================================================================================
     # Idle-time compaction and stand-alone relayout

@@ -148,6 +148,30 @@ def check_vmap(a: Arena) -> None:
         _fail("INV-VMAP-BIJECTIVE", f"ids {sorted(set(a._free_vids) & set(a.v2p))[:6]} are both free and bound")
 
 
+def check_content_follows_vid(a: Arena) -> None:
+    """INV-CONTENT-FOLLOWS-VID: content is kept per physical page and reached through v2p. Every page holding
+    content is bound to a virtual id (so a freed slot keeps none and a hand-out starts zeroed), and ``read``
+    through v2p returns that content: each written row its tag, and the corner rows of every page (first and
+    last entry and row: O(1) per page, whatever the model's layer count) 0 where unwritten."""
+    bound = {page: v for v, page in a.v2p.items()}
+    for page, rows in a.content.items():
+        if page not in bound:
+            _fail("INV-CONTENT-FOLLOWS-VID", f"{page[0]}:{page[1]} holds rows {sorted(rows)[:6]} but no virtual "
+                                             "page is bound there: the next hand-out would read them")
+    for page, v in bound.items():
+        rows = a.content.get(page, {})
+        n_e = entries_per_page(a.classes[page[0]], a.config.page_size)
+        n_r = len(a.layouts[page[0]].slots)
+        corners = {(e, r) for e in {0, n_e - 1} for r in {0, n_r - 1}}
+        inside = {k for k in rows if 0 <= k[0] < n_e and 0 <= k[1] < n_r}  # the rest is INV-PAGE-ATOMIC's
+        for (e, r) in sorted(inside | corners):
+            got, want = a.read(v, e, r), rows.get((e, r), 0)
+            if got != want:
+                _fail("INV-CONTENT-FOLLOWS-VID", f"page {v} ({page[0]}:{page[1]}) entry {e} row {r} reads {got!r}, "
+                                                 f"its content is {want}" + ("" if (e, r) in rows else
+                                                                             " (never written: a fresh row is 0)"))
+
+
 def check_conservation(a: Arena) -> None:
     """INV-BYTE-CONSERVATION: capacity = live + withheld + holes + gaps + padding, every term >= 0, and the
     arena's byte accounting (``used_bytes``, ``free_bytes``, ``gap_bytes``: what a scheduler reads) agrees."""
@@ -306,6 +330,7 @@ INVARIANTS: dict[str, Callable[[Arena], None]] = {
     "INV-LEDGER-SAFETY": check_ledger,
     "INV-PAGE-ATOMIC": check_page_atomic,
     "INV-VMAP-BIJECTIVE": check_vmap,
+    "INV-CONTENT-FOLLOWS-VID": check_content_follows_vid,
     "INV-BYTE-CONSERVATION": check_conservation,
     "INV-FEASIBILITY-FLOOR": check_feasibility_floor,
     "INV-REFUSAL-IS-NOOP": check_refusal_is_noop,

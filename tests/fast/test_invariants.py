@@ -19,6 +19,7 @@ from kvarena.reference.invariants import (
     check_all,
     check_band_order,
     check_conservation,
+    check_content_follows_vid,
     check_feasibility_floor,
     check_ledger,
     check_no_overlap,
@@ -28,6 +29,7 @@ from kvarena.reference.invariants import (
 )
 from kvarena.reference.split import SplitPools
 from kvarena.spec.errors import CapacityTooSmallError, InvalidArgumentError, InvariantViolation
+from kvarena.spec.layout import entries_per_page
 from kvarena.spec.models import PRESETS, ArenaConfig, GiB, chain, preset, worst_case_demand
 from kvarena.spec.types import UserKind
 
@@ -67,8 +69,8 @@ def expect(check: Callable[[Arena], None], a: Arena, inv: str, match: str | None
 
 def test_invariant_ids() -> None:
     assert list(INVARIANTS) == ["INV-NO-OVERLAP", "INV-BAND-ORDER", "INV-LEDGER-SAFETY", "INV-PAGE-ATOMIC",
-                                "INV-VMAP-BIJECTIVE", "INV-BYTE-CONSERVATION", "INV-FEASIBILITY-FLOOR",
-                                "INV-REFUSAL-IS-NOOP"]
+                                "INV-VMAP-BIJECTIVE", "INV-CONTENT-FOLLOWS-VID", "INV-BYTE-CONSERVATION",
+                                "INV-FEASIBILITY-FLOOR", "INV-REFUSAL-IS-NOOP"]
 
 
 def test_no_overlap_detects() -> None:
@@ -169,6 +171,64 @@ def test_page_atomic_detects() -> None:
     a, r = populated()
     a.content[a.translate(r["state"][0])] = {(1, 0): 1}  # entry 1 of a one-entry recurrent slot
     expect(check_page_atomic, a, "INV-PAGE-ATOMIC")
+
+
+class ReadsNoneWhenUnwritten(Arena):
+    """The old contract: an unwritten token row reads None instead of the zeroed page's 0."""
+
+    def read(self, vid: int, entry: int, row: int) -> int | None:  # type: ignore[override]
+        page = self._row_check(vid, entry, row)
+        tag = self.content.get(page, {}).get((entry, row))
+        return 0 if tag is None and self.classes[page[0]].kind.name == "RECURRENT" else tag
+
+
+class ReadsTheNeighbour(Arena):
+    """read looks one slot up from where v2p says the page is (a stale or off-by-one translation)."""
+
+    def read(self, vid: int, entry: int, row: int) -> int:
+        cls, slot = self._row_check(vid, entry, row)
+        return self.content.get((cls, slot + 1), {}).get((entry, row), 0)
+
+
+def test_content_follows_vid_detects() -> None:
+    """INV-CONTENT-FOLLOWS-VID: content is reached through v2p; a hand-out reads 0; written rows read back."""
+    a, _r = populated()
+    check_content_follows_vid(a)
+    hole = next(iter(a.bands["full"].holes))
+    a.content[("full", hole)] = {(0, 0): 1}  # a freed page's rows stay for the next hand-out
+    expect(check_content_follows_vid, a, "INV-CONTENT-FOLLOWS-VID", "no virtual page is bound")
+
+    a, _r = populated()
+    withheld = next(iter(a.bands["full"].withheld))
+    a.content[("full", withheld)] = {(1, 1): 3}  # rows at a withheld slot, which no id translates to
+    expect(check_content_follows_vid, a, "INV-CONTENT-FOLLOWS-VID", "no virtual page is bound")
+
+    bad, _r = populated(ReadsNoneWhenUnwritten, check=False)
+    expect(check_content_follows_vid, bad, "INV-CONTENT-FOLLOWS-VID", r"reads None, .*never written")
+
+    bad, _r = populated(ReadsTheNeighbour, check=False)
+    expect(check_content_follows_vid, bad, "INV-CONTENT-FOLLOWS-VID", "reads 0, its content is 1[12]")
+
+
+def test_content_follows_vid_after_moves_and_reuse() -> None:
+    """Fresh pages of every class read 0 in every row, also on a slot a written page of the class left;
+    written rows follow their id through compaction."""
+    a = make()
+    r = a.admit("r", {"state": 2, "window": 2, "full": 4}).pages
+    for c, vs in r.items():
+        for i, v in enumerate(vs):
+            a.write(v, 0, 0, 100 * i + len(c))
+    a.drop("r", [r["full"][0], r["full"][1], r["window"][0]])
+    kept = {v: a.read(v, 0, 0) for c in r for v in r[c] if v in a.v2p}
+    a.compact()
+    check_content_follows_vid(a)
+    assert {v: a.read(v, 0, 0) for v in kept} == kept
+    g = a.admit("s", {"state": 1, "window": 1, "full": 2}).pages
+    for c, vs in g.items():
+        n_e, n_r = entries_per_page(a.classes[c], PS), len(a.layouts[c].slots)
+        for v in vs:
+            assert {a.read(v, e, w) for e in range(n_e) for w in range(n_r)} == {0}, (c, v)
+    check_all(a)
 
 
 def test_vmap_bijective_detects() -> None:

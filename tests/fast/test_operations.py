@@ -307,16 +307,16 @@ def test_user_kind_modes() -> None:
 # write / read
 
 
-def test_unwritten_rows_read_zero_for_state_none_for_tokens() -> None:
+def test_unwritten_rows_read_zero_in_every_class() -> None:
     a = make()
     r = a.admit("r", {"state": 1, "window": 1, "full": 1}).pages
     assert a.read(r["state"][0], 0, 1) == 0  # recurrent slots start zeroed
-    assert a.read(r["window"][0], 3, 0) is None
-    assert a.read(r["full"][0], 0, 3) is None
+    assert a.read(r["window"][0], 3, 0) == 0  # token pages too: a hand-out zeroes every class
+    assert a.read(r["full"][0], 0, 3) == 0
     a.write(r["full"][0], 2, 1, 41)
     a.write(r["state"][0], 0, 0, 7)
     assert a.read(r["full"][0], 2, 1) == 41
-    assert a.read(r["full"][0], 2, 0) is None
+    assert a.read(r["full"][0], 2, 0) == 0
     assert a.read(r["state"][0], 0, 0) == 7
     a.write(r["full"][0], 2, 1, 42)  # overwrite
     assert a.read(r["full"][0], 2, 1) == 42
@@ -331,7 +331,7 @@ def test_freed_then_reallocated_page_reads_clean() -> None:
     a.free("r")
     g = a.admit("s", {"full": 1, "state": 1}).pages
     assert slots(a, g["full"]) == slots(a, f["full"])  # same physical slot ...
-    assert a.read(g["full"][0], 0, 0) is None  # ... but no stale content
+    assert a.read(g["full"][0], 0, 0) == 0  # ... but no stale content: it reads zeroed
     assert a.read(g["state"][0], 0, 0) == 0
     check_all(a)
 

@@ -143,3 +143,10 @@ def test_cli_help_teaches(capsys: pytest.CaptureFixture) -> None:
         main(["prove", "--help"])
     out = capsys.readouterr().out
     assert "--only" in out and "reading a failure" in out and "CTI" in out
+
+
+def test_content_transport_lemmas() -> None:
+    """INV-CONTENT-FOLLOWS-VID's Z3 lemmas: a hand-out zeroes its slot, a move carries every row; the planted
+    partial-layer move breaks the second (the lemma can fail)."""
+    assert H.prove_content_transport() == {"hand-out zeroes": "unsat", "move carries every row": "unsat"}
+    assert H.prove_content_transport("partial-layer-move")["move carries every row"] == "sat"

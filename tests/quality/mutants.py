@@ -57,6 +57,11 @@ MUTANTS: tuple[Mutant, ...] = (
            "        data = dict(list(whole.items())[:1]) if whole else None",
            ("INV-PAGE-ATOMIC",),
            "a move copies only the first written row; the other layers stay at the old slot"),
+    Mutant("hand-out-keeps-freed-content", arena_mod,
+           "        self.content.pop((cls, slot), None)",
+           "        pass",
+           ("INV-CONTENT-FOLLOWS-VID", "INV-PAGE-ATOMIC"),
+           "a free leaves the page's rows in place: the next page handed out on that slot reads them, not 0"),
     Mutant("stale-v2p-after-move", arena_mod,
            "self.v2p[vid] = (m.cls, m.dst)",
            "pass",
@@ -118,6 +123,17 @@ ACCOUNTING_MUTANTS: tuple[Mutant, ...] = (
            "present = [b for b in self._chain() if b.role is not Role.FLOAT]",
            ("INV-BYTE-CONSERVATION",),
            "gap_bytes measures from the low end to the high end, counting a float's pages as gap"),
+)
+
+
+# A read that does not report the zeroed page: the state is sound, so only INV-CONTENT-FOLLOWS-VID sees it (its
+# predicate reads every page's corner rows; the conductor reads every unwritten row and compares reads exactly).
+CONTENT_MUTANTS: tuple[Mutant, ...] = (
+    Mutant("unwritten-row-reads-none", arena_mod,
+           "return self.content.get(page, {}).get((entry, row), 0)",
+           "return self.content.get(page, {}).get((entry, row))",
+           ("INV-CONTENT-FOLLOWS-VID",),
+           "an unwritten row reads None (the pre-issue-12 contract for token pages) instead of the zeroed page's 0"),
 )
 
 

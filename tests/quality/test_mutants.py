@@ -18,7 +18,7 @@ from kvarena.conformance.machine import machine_for
 from kvarena.reference import invariants
 from kvarena.reference.invariants import INVARIANTS
 from kvarena.spec.errors import PlanError
-from tests.quality.mutants import ACCOUNTING_MUTANTS, MUTANTS, REFUSAL_MUTANTS, applied, mutate
+from tests.quality.mutants import ACCOUNTING_MUTANTS, CONTENT_MUTANTS, MUTANTS, REFUSAL_MUTANTS, applied, mutate
 
 # Shrinking is for humans reading a report; a kill only needs the first failure.
 KILL_PHASES = [Phase.explicit, Phase.reuse, Phase.generate]
@@ -54,7 +54,7 @@ def test_machine_kills_mutant(mutant, validator: str) -> None:
         assert inv in mutant.violates, f"{mutant.name} was caught by {inv}, expected one of {mutant.violates}"
 
 
-ALONE = REFUSAL_MUTANTS + ACCOUNTING_MUTANTS
+ALONE = REFUSAL_MUTANTS + ACCOUNTING_MUTANTS + CONTENT_MUTANTS
 EVERY = MUTANTS + ALONE
 
 
@@ -62,7 +62,8 @@ EVERY = MUTANTS + ALONE
 @pytest.mark.parametrize("mutant", ALONE, ids=[m.name for m in ALONE])
 def test_machine_kills_refusal_mutant(mutant) -> None:
     """Bugs only one predicate sees: a refusal that changes the state (INV-REFUSAL-IS-NOOP, with the validator on:
-    it is part of the refusal) and an accounting query that disagrees with sound bands (INV-BYTE-CONSERVATION).
+    it is part of the refusal), an accounting query that disagrees with sound bands (INV-BYTE-CONSERVATION) and a
+    read that does not report the zeroed page (INV-CONTENT-FOLLOWS-VID).
     The unmutated arena passes the same machine (tests/fast/test_machine.py)."""
     with applied(mutant) as factory:
         err = _run_killed(mutant, factory)
