@@ -310,8 +310,8 @@ def _hymba_1_5b() -> ModelSpec:
         ),
         max_context_len=8192,
         source="nvidia/Hymba-1.5B-Base config.json (hidden 1600, 32 layers, global_attn_idx [0, 15, 31], "
-               "kv_reuse_group, conv_dim 3200, mamba_d_state 16, d_conv 4, expand 2); model card (25 heads, "
-               "16 SSM states, 3 full-attention layers); arXiv 2411.13676",
+               "kv_reuse_group, conv_dim 3200, mamba_d_state 16, d_conv 4, expand 2; Hymba-1.5B-Instruct config "
+               "@beddbb2 the same); model card (25 heads, 16 SSM states, 3 full-attention layers); arXiv 2411.13676",
         assumptions=("num_key_value_heads 5, sliding_window 1024, num_memory_tokens 128: read from a third-party "
                      "copy of the config, not the pinned config itself",
                      "head_dim = hidden 1600 / 25 heads = 64 (kq_head_dim -1: the default)",
