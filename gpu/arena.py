@@ -129,7 +129,7 @@ class DeviceArena:
     def read_tag(self, cls: str, slot: int, vid: int, entry: int, row: int) -> int:
         """Decode one row's bytes (read through its typed view) back into the tag that wrote them."""
         view = self.row_view(cls, row)
-        got = view[slot * self.epp[cls] + entry].contiguous().view(-1).view(torch.int64)
+        got = view[slot * self.epp[cls] + entry].clone().view(-1).view(torch.int64)  # a copy: any alignment
         basis = self._words_of(self.row(cls, row).nbytes)
         c = (int(got[0]) * pow(int(basis[0]) & MASK64, -1, 1 << 64)) & MASK64
         if not torch.equal(got, torch.mul(basis, _signed(c))):

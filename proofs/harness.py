@@ -57,7 +57,8 @@ NOT_MODELLED = {
         "after every transition, and prove_content_transport proves that a hand-out leaves no row at its slot and "
         "a move carries every row to the destination. The value half is checked by "
         "reference/invariants.py::check_content_follows_vid in every state the machine reaches and by the "
-        "conformance harness, which keeps every write and reads every row of every live page after every step"),
+        "conformance harness, which keeps every write, reads every written row of every live page after every "
+        "step, and reads every unwritten row of the pages a step handed out or moved as 0"),
 }
 def prove_content_transport(mutant: str | None = None, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> dict[str, str]:
     """INV-CONTENT-FOLLOWS-VID's two transport lemmas, on the model's own update terms (unbounded): a hand-out
