@@ -28,16 +28,15 @@ from typing import Any
 
 import numpy as np
 from hypothesis import settings as Settings
-from hypothesis import strategies as st
-from hypothesis.stateful import precondition, rule, run_state_machine_as_test
+from hypothesis.stateful import run_state_machine_as_test
 
 from kvarena.conformance.adapter import LEVELS, AdapterError, ids_of, pages_of, plan_of
 from kvarena.conformance.conductor import Conductor
 from kvarena.conformance.harness import Expect, Outcome
 from kvarena.conformance.lockstep import (
     Chooser,
-    HypothesisChooser,
     LockstepMachine,
+    as_rule,
     held_flat,
     live,
     requests,
@@ -277,26 +276,12 @@ BATCH_RULES: dict[str, tuple[Callable[[Conductor], bool] | None, Callable[[Condu
 }
 
 
-def _as_rule(name: str) -> Any:
-    pre, fn = BATCH_RULES[name]
-
-    def method(self: LockstepMachine, data: st.DataObject) -> None:
-        fn(self.c, HypothesisChooser(data))
-
-    method.__name__ = name
-    method.__doc__ = fn.__doc__
-    r = rule(data=st.data())(method)
-    if pre is not None:
-        r = precondition(lambda self: self.c is not None and pre(self.c))(r)
-    return r
-
-
 class BatchedLockstepMachine(LockstepMachine):
     """The lockstep machine plus the batched rules."""
 
 
 for _name in BATCH_RULES:
-    setattr(BatchedLockstepMachine, _name, _as_rule(_name))
+    setattr(BatchedLockstepMachine, _name, as_rule(_name, *BATCH_RULES[_name]))
 
 
 def batched_lockstep_for(factory: Callable[[ArenaConfig], Any], level: str = "exact", deep: bool = True,

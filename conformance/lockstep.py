@@ -504,8 +504,8 @@ def start(factory: Callable[[ArenaConfig], Any] | None, model: str, capacity: in
 # The Hypothesis machine
 
 
-def _as_rule(name: str) -> Any:
-    pre, fn, _w = RULES[name]
+def as_rule(name: str, pre: Callable[[Conductor], bool] | None, fn: Callable[[Conductor, Chooser], None]) -> Any:
+    """A Hypothesis rule (method) running ``fn`` on the machine's conductor, guarded by ``pre``."""
 
     def method(self: LockstepMachine, data: st.DataObject) -> None:
         fn(self.c, HypothesisChooser(data))
@@ -542,7 +542,7 @@ class LockstepMachine(RuleBasedStateMachine):
 
 
 for _name in RULES:
-    setattr(LockstepMachine, _name, _as_rule(_name))
+    setattr(LockstepMachine, _name, as_rule(_name, *RULES[_name][:2]))
 
 
 def lockstep_for(factory: Callable[[ArenaConfig], Any], level: str = "exact", deep: bool = True,
