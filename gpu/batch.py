@@ -391,34 +391,29 @@ class BatchOps:
         log, c, epp = self.owners, self.cidx[cls], self.mem.epp[cls]
         ext = seq - pre
         pt = self.ptab
-        if pt is not None and not pt.overflowed(cls, rows) and int(seq.max(initial=0)) <= pt.width * epp:
-            held = pt.count[c, rows]  # the per-request page tables: O(tokens), no log scan
-            req = np.repeat(np.arange(n), ext)
-            q = pre[req] + np.arange(len(req)) - (np.cumsum(ext) - ext)[req]
-            page = q // epp
-            if (page >= held[req]).any():
-                bad = int(req[np.argmax(page >= held[req])])
-                raise InvalidArgumentError(f"token_locs: owner {self.owners.name(owners, bad)!r} holds {held[bad]} "
-                                           f"{cls} pages, too few for {seq[bad]} tokens; extend it first")
-            loc = self.vslot[pt.host[c, rows[req], page]] * epp + q % epp
-            return self._staged_out(loc, out)
-        e = log.entries_of_rows(rows)
-        e = e[log.cls[e] == c]
-        rank = np.zeros(int(rows.max()) + 1 if n else 1, dtype=np.int64)
-        rank[rows] = np.arange(n)
-        who = rank[log.row[e]]
-        e = e[np.argsort(who, kind="stable")]
-        held = np.bincount(rank[log.row[e]], minlength=n)
-        first = np.concatenate([[0], np.cumsum(held)])[:-1]
+        use_table = pt is not None and not pt.overflowed(cls, rows) and int(seq.max(initial=0)) <= pt.width * epp
+        if use_table:  # the per-request page tables: O(tokens), no log scan
+            held = pt.count[c, rows]
+        else:  # the owner log, in acquisition order per owner
+            e = log.entries_of_rows(rows)
+            e = e[log.cls[e] == c]
+            rank = np.zeros(int(rows.max()) + 1 if n else 1, dtype=np.int64)
+            rank[rows] = np.arange(n)
+            e = e[np.argsort(rank[log.row[e]], kind="stable")]
+            held = np.bincount(rank[log.row[e]], minlength=n)
         req = np.repeat(np.arange(n), ext)
         q = pre[req] + np.arange(len(req)) - (np.cumsum(ext) - ext)[req]
         page = q // epp
         if (page >= held[req]).any():
             bad = int(req[np.argmax(page >= held[req])])
-            raise InvalidArgumentError(f"token_locs: owner {owners[bad]!r} holds {held[bad]} {cls} pages, too few for "
-                                       f"{seq[bad]} tokens; extend it first")
-        loc = self.vslot[log.vid[e][first[req] + page]] * epp + q % epp
-        return self._staged_out(loc, out)
+            raise InvalidArgumentError(f"token_locs: owner {self.owners.name(owners, bad)!r} holds {held[bad]} "
+                                       f"{cls} pages, too few for {seq[bad]} tokens; extend it first")
+        if use_table:
+            vids = pt.host[c, rows[req], page]
+        else:
+            first = np.concatenate([[0], np.cumsum(held)])[:-1]
+            vids = log.vid[e][first[req] + page]
+        return self._staged_out(self.vslot[vids] * epp + q % epp, out)
 
     def _staged_out(self, loc: np.ndarray, out: torch.Tensor | None) -> torch.Tensor:
         dev = self.staging.upload(loc)  # a slice of a staging buffer the next upload reuses: copy it out

@@ -304,9 +304,8 @@ MUTANTS: tuple[Mutant, ...] = (
            "\n        page = q // epp\n",
            "\n        page = (q - 1) // epp\n",
            "token_locs puts a token that opens a new page into the request's previous page (a decode step that "
-           "skips the page a crossing request just got), from the owner log and from the page tables alike: "
-           "batched lockstep on the torch path, token_locs rule",
-           also=(("\n            page = q // epp\n", "\n            page = (q - 1) // epp\n"),),
+           "skips the page a crossing request just got), from the owner log and from the page tables alike (one "
+           "computation serves both): batched lockstep on the torch path, token_locs rule",
            lockstep="torch", machine="batched"),
     Mutant("fused-move-misses-remap", move_mod,
            "            tl.store(v2p_ptr + vid, dst)\n",
