@@ -150,9 +150,8 @@ class PoolAdapter:
             return {}
         slots = self.place(demand)
         if slots is None:
-            short = {c: n for c, n in demand.items()}
-            raise AdmissionRejectedError(f"the pool cannot place {demand}", short,
-                                         sum(n * self.page_bytes[c] for c, n in short.items()))
+            raise AdmissionRejectedError(f"the pool cannot place {demand}", dict(demand),
+                                         sum(n * self.page_bytes[c] for c, n in demand.items()))
         pages: dict[str, list[int]] = {}
         for c in self.order:
             for s in slots.get(c, ()):

@@ -62,4 +62,4 @@ def make(config: ArenaConfig) -> TwoEndedAdapter:
 
 def make_buggy(config: ArenaConfig) -> TwoEndedAdapter:
     """The planted bug: each growing end may cross into its neighbour by up to half a page."""
-    return TwoEndedAdapter(config, frontier_slack=max(PoolAdapter(config).page_bytes.values()) // 2)
+    return TwoEndedAdapter(config, frontier_slack=max(config.page_bytes(c.name) for c in chain(config.model)) // 2)
