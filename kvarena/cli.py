@@ -47,11 +47,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 
 def _parser(command: str | None) -> argparse.ArgumentParser:
+    """The top-level parser, with only ``command``'s subparser registered (its module imported)."""
     parser = argparse.ArgumentParser(prog="kvarena", description=DESCRIPTION,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", metavar="<command>")
-    for name in COMMANDS if command is None else (command,):
-        module, register = COMMANDS[name]
+    if command is not None:
+        module, register = COMMANDS[command]
+        sub = parser.add_subparsers(dest="command", metavar="<command>")
         getattr(importlib.import_module(module), register)(sub)
     return parser
 
@@ -59,18 +60,14 @@ def _parser(command: str | None) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = next((a for a in argv if not a.startswith("-")), None)
-    if command not in COMMANDS:
-        if command is not None or not argv:
-            if command is not None:
-                print(f"kvarena: unknown command {command!r}; the commands are {', '.join(COMMANDS)}",
-                      file=sys.stderr)
-            else:
-                print(DESCRIPTION, file=sys.stderr)
-            return EXIT_BROKEN
-        command = None  # `kvarena --help`: the description lists every command without importing them
+    if command is None and not argv:
+        print(DESCRIPTION, file=sys.stderr)
+        return EXIT_BROKEN
+    if command is not None and command not in COMMANDS:
+        print(f"kvarena: unknown command {command!r}; the commands are {', '.join(COMMANDS)}", file=sys.stderr)
+        return EXIT_BROKEN
     try:
-        parser = _parser(command) if command else argparse.ArgumentParser(
-            prog="kvarena", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+        parser = _parser(command)  # `kvarena --help`: the description lists every command, nothing imported
         args = parser.parse_args(argv)
         if not getattr(args, "func", None):
             parser.print_help()
