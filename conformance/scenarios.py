@@ -453,6 +453,23 @@ def sglang_off_grid_frontier(c: Conductor, rng: random.Random) -> None:
     readback(c)
 
 
+def float_hint_exact(c: Conductor, rng: random.Random) -> None:
+    """The empty window float starts at its hint, computed in exact rationals: at 3264 B and mamba ratio 0.7 the
+    state region is 3264 * 7 / 17 = 1344 B exactly, so the window's region (and hint) starts at byte 1408, slot 11;
+    binary floating point gives 1343.99... -> 1343 B and slot 10 (spec/arena.md §Split-pool baseline)."""
+    w = must(c.run("admit", owner="w1", demand={"window": 2}, shared=[]), "w1 at the hint", rung=1)
+    slots = list(w.plan["placements"]["window"])
+    if slots != [11, 12]:
+        raise ScenarioError(f"the empty window float opened at {slots}, not at its exact hint [11, 12]")
+    must(c.run("admit", owner="r1", demand={"state": 1, "full": 4}, shared=[]), "ends around the float", rung=1)
+    must(c.run("free", owner="w1"), "the float parks")
+    w = must(c.run("admit", owner="w2", demand={"window": 1}, shared=[]), "reopens at the hint", rung=1)
+    if list(w.plan["placements"]["window"]) != [11]:
+        raise ScenarioError(f"the parked float reopened at {w.plan['placements']['window']}, not at its hint [11]")
+    walk(c, rng, 60)
+    readback(c)
+
+
 VECTORS: tuple[VectorSpec, ...] = (
     VectorSpec("mixed-toy-tri-a", "random walk over every operation and error path; state | window | full",
                "toy-tri", 3616, 4, mixed(230), seed=1),
@@ -484,6 +501,9 @@ VECTORS: tuple[VectorSpec, ...] = (
                seed=14),
     VectorSpec("sglang-sink-page", "sglang §8.8: unbound, negative and huge ids are errors, never a shared sink",
                "toy-tri", 3616, 4, sglang_sink_page, seed=15),
+    VectorSpec("float-hint-exact", "the empty float opens at its hint in exact rationals (3264 * 7 / 17 = 1344 B of "
+               "state; binary floating point gives 1343)", "toy-tri", 3264, 1, float_hint_exact, seed=17,
+               mamba_full_memory_ratio=0.7),
     VectorSpec("sglang-off-grid-frontier", "sglang §8.2: a low frontier off the high band's page grid; no overlap",
                "toy-tri", 2912, 2, sglang_off_grid_frontier, seed=16),
 )

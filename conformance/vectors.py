@@ -39,6 +39,7 @@ from kvarena.conformance.harness import (
     config_from_json,
     config_to_json,
 )
+from kvarena.reference.split import float_hints
 from kvarena.spec.errors import ERROR_CODES, ArenaError
 from kvarena.spec.layout import entry_layout
 from kvarena.spec.models import ArenaConfig, chain
@@ -66,7 +67,8 @@ def header_for(name: str, description: str, config: ArenaConfig, steps: list[dic
                         "entries_per_page": geo.entries[c.name], "top": geo.top[c.name]})
     return {"format": FORMAT, "version": VERSION, "name": name, "description": description,
             "config": config_to_json(config), "order": list(geo.order), "classes": classes,
-            "steps": sum(1 for s in steps if "op" in s), "covers": coverage(steps), "snapshot": snapshot.to_json()}
+            "float_hints": float_hints(config), "steps": sum(1 for s in steps if "op" in s),
+            "covers": coverage(steps), "snapshot": snapshot.to_json()}
 
 
 def coverage(steps: Iterable[Mapping[str, Any]]) -> dict:
@@ -250,6 +252,9 @@ def load(path: Path | str) -> Vector:
         err(f"header.config does not describe a configuration: {e}")
     if header.get("order") != order:
         err(f"header.order {header.get('order')} is not the chain order {order} of {cfg['model']}")
+    if "float_hints" in header and header["float_hints"] != float_hints(config):
+        err(f"header.float_hints {header['float_hints']} != {float_hints(config)}, the exact-rational sizing of "
+            "spec/arena.md §Split-pool baseline for this config")
     initial = _validate_snapshot(header.get("snapshot"), order, err)
     vec = Vector(path, header, config, initial)
     live: set[int] = set(initial.pages)

@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+from fractions import Fraction
 from itertools import chain as concat
 from itertools import islice
 
@@ -462,22 +463,24 @@ class Ladder:
 
 def float_hints(config: ArenaConfig) -> dict[str, int]:
     """Where an empty float starts: the byte its region starts at in SGLang's split-pool sizing
-    (spec/arena.md §Split-pool baseline), computed with the same float arithmetic."""
+    (spec/arena.md §Split-pool baseline), in exact rationals: a ratio is the decimal it is written as."""
+    def exact(x: float | int | Fraction) -> Fraction:
+        return Fraction(x) if isinstance(x, int | Fraction) else Fraction(repr(float(x)))
+
     classes = chain(config.model)
     size: dict[str, int] = {}
     rest = config.capacity
     for c in classes:
         if c.kind is Kind.RECURRENT:
-            r = config.mamba_full_memory_ratio
-            size[c.name] = int(config.capacity * r / (1 + r))
+            r = exact(config.mamba_full_memory_ratio)
+            size[c.name] = config.capacity * r.numerator // (r.denominator + r.numerator)
             rest -= size[c.name]
     full = next(c for c in classes if c.kind is Kind.FULL)
     windows = [c for c in classes if c.kind is Kind.WINDOW]
-    r = config.swa_full_tokens_ratio
-    full_tokens = int(rest / (entry_layout(full).entry_bytes + r * sum(entry_layout(w).entry_bytes
-                                                                        for w in windows)))
+    r = exact(config.swa_full_tokens_ratio)
+    full_tokens = rest // (entry_layout(full).entry_bytes + r * sum(entry_layout(w).entry_bytes for w in windows))
     for w in windows:
-        size[w.name] = int(full_tokens * r) * entry_layout(w).entry_bytes
+        size[w.name] = (full_tokens * r.numerator // r.denominator) * entry_layout(w).entry_bytes
     size[full.name] = rest - sum(size[w.name] for w in windows)
     hints: dict[str, int] = {}
     cursor = 0

@@ -126,10 +126,9 @@ class Arena:
 
     def _float_hints(self) -> dict[str, int]:
         """Where an empty float starts: the byte where the split-pool layout would put it."""
-        from kvarena.reference.split import split_regions  # sizing shared with the baseline
+        from kvarena.reference.split import float_hints  # sizing shared with the baseline
 
-        return {name: lo for name, (lo, _hi) in split_regions(self.config).items()
-                if self.bands[name].role is Role.FLOAT}
+        return float_hints(self.config)
 
     def _check_floor(self) -> None:
         worst = worst_case_demand(self.config)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import random
+from fractions import Fraction
 
 import pytest
 
 from kvarena.reference.arena import Arena
 from kvarena.reference.invariants import check_all
-from kvarena.reference.split import SplitPools, split_bytes, split_regions
+from kvarena.reference.split import SplitPools, exact_ratio, float_hints, split_bytes, split_regions
 from kvarena.spec.errors import AdmissionRejectedError, CapacityTooSmallError, ConfigError, MisalignedRowError
 from kvarena.spec.layout import (
     DTYPE_BYTES,
@@ -232,17 +233,17 @@ def test_split_bytes(name: str, swa: float, mamba: float) -> None:
     rest = cap
     if Kind.RECURRENT in classes:
         state = classes[Kind.RECURRENT].name
-        assert sizes[state] == int(cap * mamba / (1 + mamba))  # mamba_mem / kv_mem = ratio
+        assert sizes[state] == cap * exact_ratio(mamba) // (1 + exact_ratio(mamba))  # mamba_mem / kv_mem = ratio
         assert sizes[state] / (cap - sizes[state]) == pytest.approx(mamba, rel=1e-9)
         rest -= sizes[state]
     full = classes[Kind.FULL]
     f_entry = entry_layout(full).entry_bytes
     windows = [c for c in cfg.model.classes if c.kind is Kind.WINDOW]
-    full_tokens = int(rest / (f_entry + swa * sum(entry_layout(w).entry_bytes for w in windows)))
+    full_tokens = rest // (f_entry + exact_ratio(swa) * sum(entry_layout(w).entry_bytes for w in windows))
     for w in windows:
         w_entry = entry_layout(w).entry_bytes
         assert sizes[w.name] % w_entry == 0
-        assert sizes[w.name] // w_entry == int(full_tokens * swa)  # windows hold ratio x full tokens
+        assert sizes[w.name] // w_entry == full_tokens * exact_ratio(swa) // 1  # windows hold ratio x full tokens
     assert sizes[full.name] // f_entry >= full_tokens
     if windows:
         w0 = windows[0]
@@ -263,6 +264,18 @@ def test_split_regions_are_ordered_aligned_disjoint(name: str) -> None:
         assert lo % p == 0 and hi % p == 0 and lo >= end and hi <= cfg.capacity
         assert hi - lo <= sizes[c.name] and hi - lo > sizes[c.name] - 2 * p  # loses under two pages
         end = hi
+
+
+def test_split_sizing_is_exact_rational_arithmetic() -> None:
+    """A ratio is the decimal it is written as; no binary rounding decides a byte. At 3264 B and mamba ratio 0.7,
+    3264 * 7 / 17 = 1344 exactly, while ``int(3264 * 0.7 / 1.7)`` is 1343 and would open the window float a page
+    lower (the float-hint-exact vector)."""
+    assert exact_ratio(0.8) == Fraction(4, 5) and exact_ratio(0.7) == Fraction(7, 10) and exact_ratio(3) == 3
+    assert exact_ratio(Fraction(1, 3)) == Fraction(1, 3)
+    cfg = ArenaConfig(preset("toy-tri"), 3264, 1, mamba_full_memory_ratio=0.7, max_context_len=16)
+    assert int(3264 * 0.7 / 1.7) == 1343  # what the floating-point formula gave
+    assert split_bytes(cfg)["state"] == 1344
+    assert float_hints(cfg) == {"window": 1408} == Arena(cfg).hints
 
 
 def test_split_pools_hold_what_split_bytes_says() -> None:

@@ -44,7 +44,7 @@ def test_committed_vectors_match_the_reference() -> None:
 
 def test_the_set_is_modest_and_complete() -> None:
     assert {f.name for f in FILES} == {f"{v.name}.jsonl" for v in VECTORS}
-    assert 12 <= len(FILES) <= 24
+    assert 12 <= len(FILES) <= 40
     assert sum(f.stat().st_size for f in FILES) < 2_000_000
     ops: set[str] = set()
     errors: dict[str, set[str]] = {}
@@ -128,6 +128,7 @@ def _set(lines: list[str], i: int, **changes) -> list[str]:
     (lambda ls: _set(ls, 4, step=40), 5, "step number 40"),
     (lambda ls: [*ls[:3], "", *ls[3:]], 4, "blank line"),
     (lambda ls: _set(ls, 0, steps=1), 1, "header says 1 steps"),
+    (lambda ls: _set(ls, 0, float_hints={"window": 1}), 1, "exact-rational sizing"),
 ])
 def test_malformed_vector_names_file_and_line(tmp_path: Path, edit, line, words) -> None:
     path = _copy(tmp_path, edit)
