@@ -77,11 +77,25 @@ class ArenaMachine(RuleBasedStateMachine):
         for v in freed:
             self.expected.pop(v, None)
 
-    def _demand(self, data: st.DataObject, hi: int) -> dict[str, int]:
-        return {c: data.draw(st.integers(0, hi), label=f"pages[{c}]") for c in self.a.order}
+    def _state(self, cls: str) -> bool:
+        return self.a.classes[cls].kind is Kind.RECURRENT
+
+    def _room(self, cls: str, hi: int, owner: str | None = None) -> int:
+        """At most ``hi`` pages; of the recurrent class, at most what the owner may still hold."""
+        if not self._state(cls):
+            return hi
+        have = len(self.a.held(owner)[cls]) if owner is not None and owner in self.a.owners else 0
+        return max(0, min(hi, self.a.config.recurrent_slots - have))
+
+    def _demand(self, data: st.DataObject, hi: int, owner: str | None = None) -> dict[str, int]:
+        return {c: data.draw(st.integers(0, self._room(c, hi, owner)), label=f"pages[{c}]") for c in self.a.order}
 
     def _bound(self) -> list[int]:
         return sorted(self.a.v2p)
+
+    def _shareable(self) -> list[int]:
+        """Bound token pages (recurrent state is one owner's: copied, never shared)."""
+        return [v for v in self._bound() if not self._state(self.a.v2p[v][0])]
 
     def _rejected_unchanged(self, before: bytes, err: ArenaError) -> None:
         assert pickle.dumps(self.a) == before, f"{type(err).__name__} changed the state: {err}"
@@ -90,7 +104,7 @@ class ArenaMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def admit(self, data: st.DataObject) -> None:
         demand = self._demand(data, 3)
-        bound = self._bound()
+        bound = self._shareable()
         shared = data.draw(st.lists(st.sampled_from(bound), max_size=2, unique=True), label="shared") \
             if bound else []
         owner = self._name("r")
@@ -114,7 +128,7 @@ class ArenaMachine(RuleBasedStateMachine):
         for _ in range(k):
             owner = self._name("c")
             try:
-                self.a.admit(owner, {c: pages for c in self.a.order})
+                self.a.admit(owner, {c: self._room(c, pages) for c in self.a.order})
             except AdmissionRejectedError:
                 break
             made.append(owner)
@@ -126,7 +140,7 @@ class ArenaMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def extend(self, data: st.DataObject) -> None:
         owner = data.draw(st.sampled_from(self.requests), label="owner")
-        demand = self._demand(data, 2)
+        demand = self._demand(data, 2, owner)
         before = pickle.dumps(self.a)
         try:
             self.a.extend(owner, demand)
@@ -162,7 +176,7 @@ class ArenaMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def cache_insert(self, data: st.DataObject) -> None:
         held = set(v for vs in self.a.held(CACHE).values() for v in vs) if CACHE in self.a.owners else set()
-        fresh = [v for v in self._bound() if v not in held]
+        fresh = [v for v in self._shareable() if v not in held]
         if fresh:
             self.a.share(CACHE, data.draw(st.lists(st.sampled_from(fresh), min_size=1, max_size=3, unique=True)))
 
@@ -172,6 +186,27 @@ class ArenaMachine(RuleBasedStateMachine):
         held = [v for vs in self.a.held(CACHE).values() for v in vs]
         if held:
             self._forget(self.a.drop(CACHE, data.draw(st.lists(st.sampled_from(held), min_size=1, unique=True))))
+
+    @precondition(lambda self: any(self._state(c) for c, _ in self.a.v2p.values()))
+    @rule(data=st.data(), new_owner=st.booleans())
+    def copy_state(self, data: st.DataObject, new_owner: bool) -> None:
+        """Prefix caching of recurrent state: a copy for a cache node (a new owner) or for a request that has a
+        free slot; the copy reads back every row of the source, the source keeps its own."""
+        src = data.draw(st.sampled_from([v for v in self._bound() if self._state(self.a.v2p[v][0])]), label="src")
+        cls = self.a.v2p[src][0]
+        roomy = [o for o in self.requests if self._room(cls, 1, o)]
+        owner = self._name("node") if new_owner or not roomy else data.draw(st.sampled_from(roomy), label="owner")
+        before = pickle.dumps(self.a)
+        try:
+            vid = self.a.copy_state(owner, src)
+        except AdmissionRejectedError as e:
+            self._rejected_unchanged(before, e)
+            return
+        if owner not in self.requests:
+            self.requests.append(owner)
+        assert self.a.v2p[vid][0] == cls and self.a.held(owner)[cls][-1] == vid, f"copy {vid} of {src} misplaced"
+        if src in self.expected:
+            self.expected[vid] = dict(self.expected[src])
 
     # -- ledger ---------------------------------------------------------------------------------
     @precondition(lambda self: self.a.v2p)
@@ -309,6 +344,37 @@ class ArenaMachine(RuleBasedStateMachine):
     def unknown_page(self, vid: int) -> None:
         if vid not in self.a.v2p:
             self._expect(UnknownPageError, lambda: self.a.acquire("u-bad", UserKind.NET_SEND, [vid]))
+
+    @precondition(lambda self: any(self._state(c) for c, _ in self.a.v2p.values()))
+    @rule(data=st.data(), how=st.sampled_from(["share", "admit-shared", "over-cap"]))
+    def state_refusals(self, data: st.DataObject, how: str) -> None:
+        """Recurrent state is never shared, and no owner holds more than recurrent_slots of it."""
+        src = data.draw(st.sampled_from([v for v in self._bound() if self._state(self.a.v2p[v][0])]), label="src")
+        cls = self.a.v2p[src][0]
+        if how == "share":
+            self._expect(InvalidArgumentError, lambda: self.a.share(CACHE, [src]))
+        elif how == "admit-shared":
+            self._expect(InvalidArgumentError, lambda: self.a.admit("r-bad", {}, [src]))
+        else:
+            self._expect(InvalidArgumentError,
+                         lambda: self.a.admit("r-bad", {cls: self.a.config.recurrent_slots + 1}))
+
+    @rule(bad=st.sampled_from([True, False, 0.0, 1.0, 2.5]), op=st.sampled_from(["drop", "share", "acquire",
+                                                                                 "read", "translate", "copy"]))
+    def non_int_vid(self, bad: object, op: str) -> None:
+        """A bool or a float is never a virtual id (True hashes like 1): refused, nothing changes."""
+        owner = self.requests[0] if self.requests else "ghost"
+        calls = {"drop": lambda: self.a.drop(owner, [bad]), "share": lambda: self.a.share(CACHE, [bad]),
+                 "acquire": lambda: self.a.acquire("u-bad", UserKind.FORWARD_READ, [bad]),
+                 "read": lambda: self.a.read(bad, 0, 0), "translate": lambda: self.a.translate(bad),
+                 "copy": lambda: self.a.copy_state("node-bad", bad)}
+        if op == "drop" and not self.requests:
+            return  # (an unknown owner is refused first)
+        self._expect(InvalidArgumentError, calls[op])
+
+    @rule()
+    def acquire_nothing(self) -> None:
+        self._expect(InvalidArgumentError, lambda: self.a.acquire("u-empty", UserKind.FORWARD_READ, []))
 
     @rule(n=st.integers(-3, -1))
     def negative_demand(self, n: int) -> None:

@@ -36,7 +36,7 @@ from kvarena.spec.errors import (
     UnknownOwnerError,
     UnknownPageError,
 )
-from kvarena.spec.layout import entries_per_page, entry_layout
+from kvarena.spec.layout import Kind, entries_per_page, entry_layout
 from kvarena.spec.models import ArenaConfig, chain, worst_case_demand
 from kvarena.spec.types import Mode, Move, Plan, Rung, UserKind
 
@@ -168,8 +168,18 @@ class Arena:
                                        "never fit; split the request or raise capacity")
         return out
 
-    def _check_vids(self, vids: Sequence[int], what: str) -> list[int]:
+    @staticmethod
+    def _check_ids(vids: Sequence[int], what: str) -> list[int]:
+        """Virtual ids are ints: a float or a bool (which hash like ints) is refused, never read as a page."""
         vids = list(vids)
+        bad = [v for v in vids if not _is_int(v)]
+        if bad:
+            raise InvalidArgumentError(f"{what}: virtual page ids must be ints, got {bad[0]!r} "
+                                       f"({type(bad[0]).__name__}); pass the ids admit/extend returned")
+        return vids
+
+    def _check_vids(self, vids: Sequence[int], what: str) -> list[int]:
+        vids = self._check_ids(vids, what)
         if len(set(vids)) != len(vids):
             raise InvalidArgumentError(f"{what}: duplicate virtual page ids {sorted(vids)}; name each page once")
         for v in vids:
@@ -177,6 +187,29 @@ class Arena:
                 raise UnknownPageError(f"{what}: virtual page {v} is not bound (never allocated or already "
                                        "freed); pass only pages returned by admit/extend and still owned")
         return vids
+
+    def _is_state(self, cls: str) -> bool:
+        return self.classes[cls].kind is Kind.RECURRENT
+
+    def _check_not_state(self, vids: Sequence[int], what: str) -> None:
+        """A recurrent page is one owner's state: it is never shared (prefix caching copies it)."""
+        state = [v for v in vids if self._is_state(self.v2p[v][0])]
+        if state:
+            raise InvalidArgumentError(f"{what}: page {state[0]} is recurrent state ({self.v2p[state[0]][0]!r}), "
+                                       "which one owner holds alone; give the other owner its own copy with "
+                                       "copy_state(owner, src) instead of sharing it")
+
+    def _check_state_slots(self, owner: str, held: Mapping[str, Mapping[int, None]] | None,
+                           demand: Mapping[str, int]) -> None:
+        """An owner holds at most ``config.recurrent_slots`` recurrent pages (its own plus the new ones)."""
+        cap = self.config.recurrent_slots
+        for cls, n in demand.items():
+            have = len(held[cls]) if held is not None else 0
+            if self._is_state(cls) and have + n > cap:
+                raise InvalidArgumentError(
+                    f"owner {owner!r} would hold {have + n} recurrent {cls!r} pages, more than recurrent_slots="
+                    f"{cap}; a request holds one state (raise ArenaConfig.recurrent_slots, e.g. 3 for SGLang's "
+                    "extra_buffer mode), or drop one first")
 
     def _owner(self, owner: str) -> dict[str, dict[int, None]]:
         try:
@@ -195,6 +228,8 @@ class Arena:
                                       "free() it first")
         d = self._check_demand(demand)
         shared = self._check_vids(shared, f"admit({owner!r}) shared")
+        self._check_not_state(shared, f"admit({owner!r}, shared=)")
+        self._check_state_slots(owner, None, d)
         plan = self._plan_admission(d)
         pages = self._apply(plan)
         held: dict[str, dict[int, None]] = {c: {} for c in self.order}
@@ -213,6 +248,7 @@ class Arena:
         """More pages for an existing owner (decode growth)."""
         held = self._owner(owner)
         d = self._check_demand(demand)
+        self._check_state_slots(owner, held, d)
         plan = self._plan_admission(d)
         pages = self._apply(plan)
         for c, vs in pages.items():
@@ -424,6 +460,7 @@ class Arena:
     def share(self, owner: str, vids: Sequence[int]) -> None:
         """``owner`` (e.g. the prefix cache) also holds ``vids``; creates the owner if new."""
         vids = self._check_vids(vids, f"share({owner!r})")
+        self._check_not_state(vids, f"share({owner!r})")
         held = self.owners.get(owner)
         if held is not None:
             dup = [v for v in vids if v in held[self.v2p[v][0]]]
@@ -437,10 +474,31 @@ class Arena:
             held[self.v2p[v][0]][v] = None
             self.refs[v] += 1
 
+    def copy_state(self, owner: str, src: int) -> int:
+        """``owner`` (created if new) gets a new recurrent page holding a copy of every row of page ``src``
+        (prefix caching of recurrent state: SGLang's mamba-pool fork). Placed like ``extend(owner, {cls: 1})``."""
+        (src,) = self._check_vids([src], f"copy_state({owner!r})")
+        cls = self.v2p[src][0]
+        if not self._is_state(cls):
+            raise InvalidArgumentError(f"copy_state({owner!r}, {src}): page {src} is a {cls!r} page, not recurrent "
+                                       "state; token pages are shared, not copied: use share(owner, [src])")
+        held = self.owners.get(owner)
+        self._check_state_slots(owner, held, {cls: 1})
+        plan = self._plan_admission({cls: 1})
+        (vid,) = self._apply(plan)[cls]
+        rows = self.content.get(self.v2p[src])  # after the plan's moves: src may have moved, its rows with it
+        if rows:
+            self.content[self.v2p[vid]] = dict(rows)
+        if held is None:
+            held = self.owners[owner] = {c: {} for c in self.order}
+        held[cls][vid] = None
+        self.refs[vid] += 1
+        return vid
+
     def drop(self, owner: str, vids: Sequence[int]) -> list[int]:
         """``owner`` lets go of ``vids``; pages whose last owner let go are freed. Returns those."""
         held = self._owner(owner)
-        vids = list(vids)
+        vids = self._check_ids(vids, f"drop({owner!r})")
         if len(set(vids)) != len(vids):
             raise InvalidArgumentError(f"drop({owner!r}): duplicate ids {sorted(vids)}; name each page once")
         missing = [v for v in vids if v not in self.v2p or v not in held[self.v2p[v][0]]]
@@ -545,6 +603,9 @@ class Arena:
         if not isinstance(kind, UserKind):
             raise InvalidArgumentError(f"acquire: kind must be a UserKind, got {kind!r}")
         vids = self._check_vids(vids, f"acquire({user!r})")
+        if not vids:
+            raise InvalidArgumentError(f"acquire({user!r}): no pages; a ledger user holds at least one page, so "
+                                       "pass the pages it reads or writes (or do not acquire)")
         holds = tuple(Hold(*self.v2p[v], v, self.gen[v]) for v in vids)
         self.users[user] = User(kind, holds)
         counter = self.writers if kind.mode is Mode.WRITE else self.readers
@@ -574,6 +635,7 @@ class Arena:
     # Data: content tags per row
 
     def _row_check(self, vid: int, entry: int, row: int) -> PhysPage:
+        self._check_ids([vid], "write/read")
         if vid not in self.v2p:
             raise UnknownPageError(f"virtual page {vid} is not bound; write/read only live pages")
         cls, slot = self.v2p[vid]
@@ -628,7 +690,9 @@ class Arena:
         if r is None:
             raise self._rejection(d, Placement(shortfall={c: n for c, n in d.items()}))
         moves, _views, spans = r
-        plan = self._plan(Rung.RELAYOUT if moves else Rung.NONE, [], Placement(), moves, spans)
+        if not moves:  # nothing moves: the float keeps its span (a NONE plan carries no spans)
+            return Plan(Rung.NONE)
+        plan = self._plan(Rung.RELAYOUT, [], Placement(), moves, spans)
         validate_plan(self, plan, {})
         self._apply(plan)
         return plan
@@ -637,6 +701,7 @@ class Arena:
     # Queries
 
     def translate(self, vid: int) -> PhysPage:
+        self._check_ids([vid], "translate")
         if vid not in self.v2p:
             raise UnknownPageError(f"translate: virtual page {vid} is not bound; translate only pages returned "
                                    "by admit/extend and still owned")

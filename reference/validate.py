@@ -70,7 +70,7 @@ def validate_plan(a: Arena, plan: Plan, demand: Mapping[str, int]) -> None:
     for cls, (t, t_end) in plan.spans.items():
         if cls not in a.bands or cls in ends:
             _fail("PLAN-RUNG", f"target span for {cls!r}, which is not a float band")
-        if plan.rung not in (Rung.RELAYOUT, Rung.NONE):  # (a NONE plan with moves failed above)
+        if plan.rung is not Rung.RELAYOUT:  # a NONE plan moves nothing, so it retargets nothing either
             _fail("PLAN-RUNG", f"a float target span in a rung-{int(plan.rung)} plan")
         if not 0 <= t <= t_end <= a.bands[cls].top:
             _fail("PLAN-EXTENT", f"target span [{t}, {t_end}) of {cls!r} leaves its grid [0, {a.bands[cls].top})")

@@ -140,6 +140,10 @@ class ArenaConfig:
     swa_full_tokens_ratio: float = DEFAULT_SWA_FULL_TOKENS_RATIO
     mamba_full_memory_ratio: float = DEFAULT_MAMBA_FULL_MEMORY_RATIO
     max_context_len: int | None = None  # defaults to the model's
+    # recurrent pages one owner may hold (spec/arena.md §Recurrent state): 1, one state per request; SGLang's
+    # extra_buffer mode holds 1 + 2 tracking slots per running request (3). The floor stays one admission of
+    # the model's shape (one state): further slots are extensions, refused like any growth when they do not fit
+    recurrent_slots: int = 1
 
     @property
     def context_len(self) -> int:
@@ -160,6 +164,10 @@ class ArenaConfig:
             raise ConfigError(f"mamba_full_memory_ratio {self.mamba_full_memory_ratio} must be > 0")
         if self.context_len <= 0:
             raise ConfigError("max_context_len must be > 0")
+        if not isinstance(self.recurrent_slots, int) or isinstance(self.recurrent_slots, bool) \
+                or self.recurrent_slots < 1:
+            raise ConfigError(f"recurrent_slots {self.recurrent_slots!r} must be an int >= 1 (recurrent pages one "
+                              "owner may hold: 1, or 3 for SGLang's extra_buffer mode)")
 
 
 def request_pages(model: ModelSpec, page_size: int, tokens: int) -> dict[str, int]:

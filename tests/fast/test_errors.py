@@ -104,8 +104,9 @@ def busy_state() -> tuple[Arena, dict[str, Any]]:
 
 
 def blocked_float() -> tuple[Arena, dict[str, Any]]:
-    """toy-tri: the window float must move up for more state, but a reader pins its page."""
-    a = Arena(ArenaConfig(preset("toy-tri"), capacity=CAP, page_size=PS, max_context_len=16))
+    """toy-tri: the window float must move up for more state, but a reader pins its page (one owner's state
+    pages are low-band filler here, so the cap is raised)."""
+    a = Arena(ArenaConfig(preset("toy-tri"), capacity=CAP, page_size=PS, max_context_len=16, recurrent_slots=64))
     w = a.admit("W", {"window": 2}).pages["window"]
     a.admit("F", {"full": 2})
     a.admit("S", {"state": 32})

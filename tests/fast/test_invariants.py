@@ -38,7 +38,8 @@ PS = 4
 
 
 def make(model: str = "toy-tri", cls: type[Arena] = Arena, capacity: int = CAP) -> Arena:
-    return cls(ArenaConfig(preset(model), capacity=capacity, page_size=PS, max_context_len=16))
+    # one owner's state pages are low-band filler here (the predicates are the subject, not the recurrent cap)
+    return cls(ArenaConfig(preset(model), capacity=capacity, page_size=PS, max_context_len=16, recurrent_slots=64))
 
 
 def populated(cls: type[Arena] = Arena, capacity: int = CAP, check: bool = True) -> tuple[Arena, dict]:

@@ -18,7 +18,8 @@ from tests.quality.unsafe_policies import FillsWithheldHole, MovesWrittenPage
 
 
 def toy(model: str = "toy-tri", capacity: int = 4096, policy=None) -> Arena:
-    return Arena(ArenaConfig(preset(model), capacity, page_size=4, max_context_len=16), policy)
+    # one owner's state pages are low-band filler here: the policies are the subject, not the recurrent cap
+    return Arena(ArenaConfig(preset(model), capacity, page_size=4, max_context_len=16, recurrent_slots=64), policy)
 
 
 @pytest.mark.parametrize("name", sorted(POLICIES))
