@@ -511,3 +511,7 @@ VECTORS: tuple[VectorSpec, ...] = (
 from kvarena.conformance.scenarios_sglang import unit_vectors  # noqa: E402 (SGLang's own unit tests, ported)
 
 VECTORS += unit_vectors()
+
+from kvarena.conformance.scenarios_integrations import integration_vectors  # noqa: E402 (spec §Integrations)
+
+VECTORS += integration_vectors()

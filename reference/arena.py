@@ -733,6 +733,30 @@ class Arena:
                                        "the page belongs to")
         return slot * n + i
 
+    def pad_entry(self, cls: str) -> int:
+        """The padding entry of ``cls`` (spec §Padding lanes): the first entry of its grid that starts at or past
+        byte ``capacity``. No page of any class reaches that byte, so a write there touches no page."""
+        return ceil_div(self.capacity, self.layouts[self._cls(cls)].entry_bytes)
+
+    def translate_tokens(self, cls: str, vtokens: Sequence[int], out_width: int | None = None) -> list[int]:
+        """``translate_token`` of every id bound as a ``cls`` page; ``pad_entry(cls)`` for every other lane: an id
+        this arena does not bind as a ``cls`` page (a foreign id: unbound, negative, another class's page) and the
+        lanes ``[len(vtokens), out_width)`` of a fixed-width (CUDA-graph) step. Read-only."""
+        pad = self.pad_entry(cls)
+        vtokens = list(vtokens)
+        if not all(_is_int(t) for t in vtokens):
+            raise InvalidArgumentError(f"translate_tokens: virtual tokens must be ints, got {vtokens!r}")
+        width = len(vtokens) if out_width is None else out_width
+        if not _is_int(width) or width < len(vtokens):
+            raise InvalidArgumentError(f"translate_tokens: out_width {out_width!r} must be an int >= the "
+                                       f"{len(vtokens)} ids")
+        n = entries_per_page(self.classes[cls], self.config.page_size)
+        out = []
+        for t in vtokens:
+            page = self.v2p.get(t // n) if t >= 0 else None
+            out.append(page[1] * n + t % n if page is not None and page[0] == cls else pad)
+        return out + [pad] * (width - len(vtokens))
+
     def held(self, owner: str) -> dict[str, tuple[int, ...]]:
         return {c: tuple(v) for c, v in self._owner(owner).items()}
 

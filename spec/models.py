@@ -76,6 +76,7 @@ class ModelSpec:
     max_context_len: int
     source: str = ""
     assumptions: tuple[str, ...] = ()
+    refusal: str = ""  # a named model the arena refuses to serve: why, and what to do instead (validate_model)
 
     def cls(self, name: str) -> StateClass:
         for c in self.classes:
@@ -103,6 +104,8 @@ def chain(model: ModelSpec) -> tuple[StateClass, ...]:
 
 def validate_model(model: ModelSpec) -> None:
     """Refuse models the unified arena cannot serve well, saying why."""
+    if model.refusal:
+        raise ConfigError(f"model {model.name} is not supported by the unified arena: {model.refusal}")
     names = [c.name for c in model.classes]
     if len(set(names)) != len(names):
         raise ConfigError(f"model {model.name}: duplicate state class names {names}; names must be unique")
@@ -123,6 +126,27 @@ def validate_model(model: ModelSpec) -> None:
                           "one class (one slot holds every recurrent layer)")
     if model.max_context_len <= 0:
         raise ConfigError(f"model {model.name}: max_context_len must be > 0")
+    mla = [c.name for c in model.classes if any(r.part == "latent" for r in c.rows)]
+    windows = [c.name for c in model.classes if c.kind is Kind.WINDOW]
+    if mla and windows:
+        raise ConfigError(
+            f"model {model.name} pairs MLA latent rows (class {mla[0]!r}) with sliding-window layers (class "
+            f"{windows[0]!r}): {MLA_SWA_REASON}")
+
+
+# Why an MLA latent class never pairs with a window class (validate_model), and why DeepSeek-V4 is refused.
+MLA_SWA_REASON = (
+    "the contract specifies no such pair: SGLang 0.5.23's unified pool refuses it too (\"does not support MLA-SWA "
+    "hybrid yet\", kv_cache_configurator.py:1476-1478), so no engine it is checked against serves one, and no vector, "
+    "proof or adapter covers it; the models that pair them (DeepSeek-V4) also keep per-request compressor state that "
+    "is neither a window page nor one recurrent slot. Serve this model with split pools, not the unified arena")
+DEEPSEEK_V4_REASON = (
+    "SGLang 0.5.23 excludes it from unified memory (\"only supports hybrid Mamba and hybrid sliding-window-attention "
+    "models (DeepSeek-V4 excluded)\", kv_cache_configurator.py:633-643); its layers pair DeepSeek's compressed "
+    "(MLA-style) KV with sliding-window layers (the kvcache-ai fork sizes a window pool for it at "
+    "--swa-full-tokens-ratio 0.1), the pair refused for every model, and keep tiny-window compressor state per "
+    "request (vLLM #54703), which none of the arena's kinds (full, window, recurrent) describes; no geometry of it "
+    "is pinned here. Serve it with its engine's own pools")
 
 
 # Sizing hints SGLang uses for split pools; in the arena they only place float bands.
@@ -208,6 +232,41 @@ def _gpt_oss(name: str, n_layers: int) -> ModelSpec:
         max_context_len=131072,
         source="transformers GptOssConfig; HF config (layer_types, 8 KV heads, head_dim 64, sliding_window 128)",
         assumptions=("attention sinks are weights, not KV: no row",),
+    )
+
+
+def _gpt_oss_eagle3() -> ModelSpec:
+    """GPT-OSS-20B served with an EAGLE3 draft layer whose KV rows are fused into the target's full-attention
+    entries, in another dtype: target K/V fp8 (stored as uint8), draft K/V bf16 (spec/arena.md §Integrations,
+    speculative decoding). Full entry: 12 target layers x (512 + 512) B + the draft's 1,024 + 1,024 B = 14,336 B;
+    window entry: 12 x 1,024 B = 12,288 B. The rows are declared target first, then draft, as SGLang's fused draft
+    lays them out (``MHASubPoolSpec.layout``: ``[K_0|V_0|...|dK_0|dV_0|pad]``), so one allocation, one free and one
+    whole-page move carry both."""
+    sliding = list(range(0, 24, 2))
+    full = list(range(1, 24, 2))
+    return ModelSpec(
+        name="gpt-oss-20b-eagle3",
+        classes=(
+            StateClass("full", Kind.FULL, mha_rows(full, kv_heads=8, head_dim=64, dtype="fp8")
+                       + mha_rows([24], kv_heads=8, head_dim=64, dtype="bf16", prefix="draft_")),
+            StateClass("window", Kind.WINDOW, mha_rows(sliding, kv_heads=8, head_dim=64, dtype="fp8"), window=128),
+        ),
+        max_context_len=131072,
+        source="gpt-oss-20b as above; EAGLE3 draft: SpecForge configs/gpt-oss-20B-eagle3.json (copy at "
+               "zyksir/SpecForgeLocalDev @a44d97d: 1-layer LlamaForCausalLMEagle3, 8 KV heads, head_dim 64, "
+               "bfloat16); fused draft placement: SGLang 0.5.23 layout/fused_draft.py, MHASubPoolSpec "
+               "(../shared/anchors/sglang-unified-memory.md §2.8); gpt-oss + EAGLE3 pool sizing: sglang PR #17630 "
+               "(peers-and-models.md §4)",
+        assumptions=("target KV fp8 (--kv-cache-dtype fp8_e4m3) in every target layer, full and sliding, stored as "
+                     "uint8 (SGLang's _store_dtype_for); the draft's KV stays bf16 (its torch_dtype): a fused entry "
+                     "holds rows of two dtypes",
+                     "the draft layer is full attention (it attends to the whole context), so its rows join the "
+                     "full class and the window class has none; it is numbered layer 24, after the target's 24",
+                     "speculative_eagle_topk 1 (SGLang's unified memory refuses tree verify): accepted draft tokens "
+                     "stay where they were written; a step's rejected tokens are given back by the caller "
+                     "(drop/slide of whole pages), never relocated",
+                     "entry bytes equal SGLang's align32(align16(host) + draft) = 12,288 + 2,048 = 14,336 B",
+                     "attention sinks are weights, not KV: no row"),
     )
 
 
@@ -337,6 +396,7 @@ def _hymba_1_5b() -> ModelSpec:
 PRESETS: dict[str, Callable[[], ModelSpec]] = {
     "gpt-oss-20b": lambda: _gpt_oss("gpt-oss-20b", 24),
     "gpt-oss-120b": lambda: _gpt_oss("gpt-oss-120b", 36),
+    "gpt-oss-20b-eagle3": _gpt_oss_eagle3,
     "qwen3.5-4b": lambda: _qwen_gdn("qwen3.5-4b", 32, kv_heads=4, ctx=262144,
                                     source="transformers Qwen3_5TextConfig; sglang PR #39851 (~51 MB state)"),
     "qwen3-next-80b-a3b": lambda: _qwen_gdn("qwen3-next-80b-a3b", 48, kv_heads=2, ctx=262144,
@@ -361,25 +421,55 @@ def _tiny(name: str, with_state: bool, with_window: bool) -> ModelSpec:
     return ModelSpec(name, tuple(classes), max_context_len=32, source="toy geometry for tests")
 
 
+def _toy_dsa() -> ModelSpec:
+    """Kimi K3's entry shape at toy size: per MLA layer a latent row, and DSA index keys (fp8 key + fp32 scale)
+    beside it in the same full-attention entry (latent rows first, then the index rows, as in kimi-k3)."""
+    mla = [1, 3]
+    return ModelSpec("toy-dsa", (
+        StateClass("full", Kind.FULL, mla_rows(mla, kv_lora_rank=16, qk_rope_head_dim=8)  # 2 x 48 B latent
+                   + dsa_index_rows(mla, index_head_dim=16)),  # 2 x (16 B key + 16 B scale): 160 B entries
+        StateClass("state", Kind.RECURRENT, gated_delta_rows([0, 2], conv_dim=8, conv_kernel=2, v_heads=1, k_dim=2,
+                                                             v_dim=4)),  # 2 x (16 + 32) B: 96 B slots
+    ), max_context_len=32, source="toy geometry for tests: kimi-k3's MLA latent + DSA index rows, KDA state")
+
+
 TOY_MODELS: dict[str, Callable[[], ModelSpec]] = {
     "toy-tri": lambda: _tiny("toy-tri", True, True),  # state (low) | window (float) | full (high)
     "toy-swa": lambda: _tiny("toy-swa", False, True),  # window (low) | full (high)
     "toy-state": lambda: _tiny("toy-state", True, False),  # state (low) | full (high)
+    "toy-dsa": _toy_dsa,  # state (low) | MLA latent + DSA index keys (high)
+}
+
+# Named configurations the arena refuses when an arena is built (ArenaConfig.validate), each with its reason:
+# reachable by name (``preset``) so a refusal can be a vector step, never listed among the servable presets.
+REFUSED_MODELS: dict[str, Callable[[], ModelSpec]] = {
+    "deepseek-v4": lambda: ModelSpec("deepseek-v4", (), max_context_len=1, refusal=DEEPSEEK_V4_REASON,
+                                     source="../shared/anchors/sglang-unified-memory.md §6; peers-and-models.md §4"),
+    "toy-mla-swa": lambda: ModelSpec("toy-mla-swa", (
+        StateClass("full", Kind.FULL, mla_rows([1, 3], kv_lora_rank=16, qk_rope_head_dim=8)),
+        StateClass("window", Kind.WINDOW, mha_rows([0, 2], kv_heads=1, head_dim=16), window=8),
+    ), max_context_len=32, source="toy: an MLA full class beside a sliding-window class"),
+    "toy-full-only": lambda: ModelSpec("toy-full-only", (
+        StateClass("full", Kind.FULL, mha_rows([0, 1], kv_heads=1, head_dim=8)),), max_context_len=32,
+        source="toy: full-attention layers only"),
 }
 
 
 def preset(name: str) -> ModelSpec:
     try:
-        return {**PRESETS, **TOY_MODELS}[name]()
+        return {**PRESETS, **TOY_MODELS, **REFUSED_MODELS}[name]()
     except KeyError:
         raise ConfigError(f"unknown model preset {name!r}; choose one of {sorted(PRESETS)} "
-                          f"(toys for tests: {sorted(TOY_MODELS)})") from None
+                          f"(toys for tests: {sorted(TOY_MODELS)}; refused, with the reason: "
+                          f"{sorted(REFUSED_MODELS)})") from None
 
 
-# Published per-token / per-sequence figures the presets must reproduce (peers-and-models.md §5).
+# Published per-token / per-sequence figures the presets must reproduce (peers-and-models.md §5; one derived).
 EXPECTED_BYTES: dict[str, dict[str, int]] = {
     "gpt-oss-20b": {"full": 24576, "window": 24576},
     "gpt-oss-120b": {"full": 36864, "window": 36864},
+    # derived from published figures, not published: gpt-oss-20b's rows at 1 B (fp8), plus the bf16 draft layer
+    "gpt-oss-20b-eagle3": {"full": 12 * 1024 + 2 * 1024, "window": 12 * 1024},
     "qwen3.5-4b": {"full": 32768, "state": 51511296},
     "qwen3-next-80b-a3b": {"full": 24576, "state": 36 * 2146304},
     "kimi-linear-48b-a3b": {"full": 8064, "state": 20 * 2170880},
