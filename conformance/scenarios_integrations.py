@@ -382,8 +382,8 @@ def cuda_graph(c: Conductor, rng: random.Random) -> None:
     requests are padding lanes, which translate to each class's padding entry past the arena's last byte
     (spec §Padding lanes). A vector step cannot name a padding lane, so tests/fast/test_padding.py replays this
     file with padding writes (garbage through every class's padding lanes, after every step) on the reference
-    and on gpu/; the rows written here, in the top page of the high band (the page nearest the padding entries)
-    and in the low end, must read back unchanged."""
+    and on gpu/; the rows written here, in the top page of the high band (the capacity is a multiple of its page
+    bytes, so that page ends where the padding entries begin) and in the low end, must read back unchanged."""
     reqs = []
     for demand in ({"state": 1, "window": 1, "full": 1}, {"state": 1, "window": 2, "full": 2}):
         o, _e = admit(c, "r", demand)
@@ -503,7 +503,7 @@ INTEGRATIONS: tuple[Integration, ...] = (
     Integration("dsa", "DSA index keys beside the MLA latent", "Kimi K3's DSA index keys in the MLA latent's entry "
                 "(toy geometry): one allocation, move and free", "toy-dsa", 4096, 2, dsa, 206),
     Integration("cuda-graph", "CUDA-graph padding lanes", "fixed-width decode steps; padding writes replayed by "
-                "tests/fast/test_padding.py must reach no live page", "toy-tri", 3424, 2, cuda_graph, 207),
+                "tests/fast/test_padding.py must reach no live page", "toy-tri", 3328, 2, cuda_graph, 207),
     Integration("preemption", "Priority preemption", "priority preemption: the ladder refuses, the caller "
                 "retracts (saving first) and retries", "toy-tri", 3360, 2, preemption, 208),
     Integration("unsupported", "Unsupported configurations", "refused configurations, with the reason: "

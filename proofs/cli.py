@@ -142,7 +142,9 @@ def run(args: argparse.Namespace) -> int:
     ladder = (not args.no_ladder) and (args.ladder or not (args.only or args.transition))
     if ladder:
         bounds = LD.LADDER_BOUNDS if args.ladder_bound == "ci" else (LD.NIGHTLY_BOUND,)
-        ths = LD.run(args.timeout, bounds, args.jobs)
+        from kvarena.proofs import padding as PD  # spec §Padding lanes: no padding write reaches a page
+
+        ths = LD.run(args.timeout, bounds, args.jobs) + PD.run(args.timeout)
         print("\nladder theorem       result                     time     bound")
         for th in ths:
             print(f"{th.name:<20} {th.status[:26]:<26} {th.seconds:7.2f}s  {th.bound}")
