@@ -222,7 +222,7 @@ TOY = {"capacity": 2048, "page_size": 4, "max_context_len": 8}  # toy-tri: P = 6
 
 def toy_config(capacity: int = TOY["capacity"]) -> ArenaConfig:
     return ArenaConfig(preset("toy-tri"), capacity=capacity, page_size=TOY["page_size"],
-                       max_context_len=TOY["max_context_len"])
+                       max_context_len=TOY["max_context_len"], recurrent_slots=32)  # demands of several states
 
 
 def theorem_naive(timeout_ms: int) -> Theorem:

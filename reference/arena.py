@@ -22,7 +22,17 @@ from itertools import islice
 from sortedcontainers import SortedList
 
 from kvarena.reference.bands import Band, BandView, Role
-from kvarena.reference.ladder import Placement, ceil_div, place, plan_compaction, plan_float_relayout
+from kvarena.reference.ladder import (
+    EndPack,
+    Placement,
+    ceil_div,
+    least,
+    place,
+    plan_compaction,
+    plan_float_fewest,
+    plan_float_relayout,
+    size_ends,
+)
 from kvarena.reference.policy import Ladder, Policy
 from kvarena.reference.validate import validate_plan
 from kvarena.spec.errors import (
@@ -270,22 +280,56 @@ class Arena:
         return plan
 
     def ladder(self, demand: dict[str, int], *, max_rung: Rung = Rung.RELAYOUT,
-               relayout_budget: int | None = None) -> Plan:
+               relayout_budget: int | None = None, full: bool = False) -> Plan:
         """The spec's ladder (read-only). Raises AdmissionRejectedError with the shortfall if no rung fits.
 
-        ``max_rung`` and ``relayout_budget`` (bytes a relayout may move) let policies cut the ladder short.
+        ``max_rung`` and ``relayout_budget`` (bytes a relayout may move) let policies cut the ladder short;
+        ``full`` packs the end bands whole and relayouts by the nearest span (the ``full-compaction`` policy).
         """
         views = [BandView.of(b) for b in self._chain()]
         fit = place(views, demand, self.hints)
         if fit.ok:
             return self._plan(Rung.REUSE, [], fit)
+        if full:
+            return self._full_ladder(views, demand, max_rung, relayout_budget)
 
+        low, high = self._end_packs()
+
+        def at(vs: list[BandView], k_low: int, k_high: int) -> list[BandView]:
+            return [low.view(k_low), *vs[1:-1], high.view(k_high)]
+
+        def fits(vs: list[BandView]):
+            return lambda k_low, k_high: place(at(vs, k_low, k_high), demand, self.hints).ok
+
+        if max_rung >= Rung.COMPACT:
+            k = size_ends(fits(views), low, high)
+            if k is not None:
+                return self._plan(Rung.COMPACT, self._end_moves(low, high, *k),
+                                  place(at(views, *k), demand, self.hints))
+        n_low, n_high = low.extend(), high.extend()
+        views = at(views, n_low, n_high)
+        fit = place(views, demand, self.hints)
+        relayout = self._plan_relayout(views, demand, fewest=True) if max_rung >= Rung.RELAYOUT else None
+        if relayout is not None:
+            moves3, views3, spans = relayout
+            fit3 = place(views3, demand, self.hints)
+            within = relayout_budget is None or sum(self.bands[m.cls].page_bytes for m in moves3) <= relayout_budget
+            if fit3.ok and within:  # the ends move only what the relaid float still needs of them
+                ok = fits(views3)
+                k_high = least(lambda k: ok(n_low, k), high, first=0)
+                k_low = least(lambda k: ok(k, k_high), low, first=0)
+                return self._plan(Rung.RELAYOUT, self._end_moves(low, high, k_low, k_high),
+                                  place(at(views3, k_low, k_high), demand, self.hints), moves3, spans)
+            fit = fit3
+        raise self._rejection(demand, fit)
+
+    def _full_ladder(self, views: list[BandView], demand: dict[str, int], max_rung: Rung,
+                     relayout_budget: int | None) -> Plan:
+        """Rungs 2 and 3 as SGLang's urgent flush: both end bands packed whole, then the nearest float span."""
         moves2, views = self._plan_compact_ends(views, budget=None)
-        if moves2 and max_rung >= Rung.COMPACT:
-            fit = place(views, demand, self.hints)
-            if fit.ok:
-                return self._plan(Rung.COMPACT, moves2, fit)
-
+        fit = place(views, demand, self.hints)
+        if moves2 and max_rung >= Rung.COMPACT and fit.ok:
+            return self._plan(Rung.COMPACT, moves2, fit)
         relayout = self._plan_relayout(views, demand) if max_rung >= Rung.RELAYOUT else None
         if relayout is not None:
             moves3, views3, spans = relayout
@@ -295,6 +339,18 @@ class Arena:
                 return self._plan(Rung.RELAYOUT, moves2, fit3, moves3, spans)
             fit = fit3
         raise self._rejection(demand, fit)
+
+    def _end_packs(self) -> tuple[EndPack, EndPack]:
+        """The end bands' move sequences for shortfall-sized compaction: sources beyond the barrier, farthest
+        first, up to the first with a reader (the moves that retract a frontier now)."""
+        low, high = self.bands[self.order[0]], self.bands[self.order[-1]]
+        return (EndPack(low, self._barrier(low), self._has_readers(low.name), stop_at_readers=True),
+                EndPack(high, self._barrier(high), self._has_readers(high.name), stop_at_readers=True))
+
+    @staticmethod
+    def _end_moves(low: EndPack, high: EndPack, k_low: int, k_high: int) -> list[Move]:
+        return [Move(low.band.name, s, d) for s, d in low.pairs[:k_low]] + \
+            [Move(high.band.name, s, d) for s, d in high.pairs[:k_high]]
 
     def _rejection(self, demand: Mapping[str, int], fit: Placement) -> AdmissionRejectedError:
         short = {c: n for c, n in fit.shortfall.items() if n}
@@ -337,8 +393,9 @@ class Arena:
             views[i] = comp.view
         return moves, views
 
-    def _plan_relayout(self, views: list[BandView], demand: Mapping[str, int]):
-        """Rung 3: float bands move within the room the compacted ends leave them."""
+    def _plan_relayout(self, views: list[BandView], demand: Mapping[str, int], fewest: bool = False):
+        """Rung 3: float bands move within the room the compacted ends leave them (``fewest``: the default's
+        target span, which moves the fewest float pages; else the full-compaction policy's nearest span)."""
         floats = [i for i in range(1, len(views) - 1)
                   if not views[i].empty or demand.get(views[i].name, 0)]
         if not floats:
@@ -357,8 +414,8 @@ class Arena:
             if win_hi < win_lo:
                 return None
             obstacles = sorted(band.withheld | self._used_live(band))
-            r = plan_float_relayout(band, win_lo, win_hi, demand.get(band.name, 0),
-                                    self.hints.get(band.name, 0), obstacles)
+            r = (plan_float_fewest if fewest else plan_float_relayout)(
+                band, win_lo, win_hi, demand.get(band.name, 0), self.hints.get(band.name, 0), obstacles)
             if r is None:
                 return None
             moves.extend(Move(band.name, s, d) for s, d in r.moves)

@@ -69,19 +69,37 @@ class Band:
         return len(self.holes)
 
     # -- mutation helpers (callers guarantee the preconditions) ----------------------------
+    def hole_run(self, slot: int, step: int) -> int:
+        """How many consecutive holes start at ``slot`` going ``step`` (+1 up, -1 down); 0 if ``slot`` is not a
+        hole.  A binary search over the sorted holes (O(log^2 n)), never a walk over the slots."""
+        h = self.holes
+        i = h.bisect_left(slot)
+        if i == len(h) or h[i] != slot:
+            return 0
+        good, bad = 0, (len(h) - i if step > 0 else i + 1)  # holes[i + step*j] == slot + step*j for j <= good
+        while bad - good > 1:
+            mid = (good + bad) // 2
+            if h[i + step * mid] == slot + step * mid:
+                good = mid
+            else:
+                bad = mid
+        return good + 1
+
     def absorb_boundary_holes(self) -> int:
-        """Give boundary holes back to the gap (zero-copy). Returns slots absorbed."""
+        """Give boundary holes back to the gap (zero-copy). Returns slots absorbed: O(log^2 n + absorbed)."""
         n = 0
-        if self.role is not Role.HIGH:
-            while self.hi > self.lo and (self.hi - 1) in self.holes:
-                self.holes.remove(self.hi - 1)
-                self.hi -= 1
-                n += 1
-        if self.role is not Role.LOW:
-            while self.lo < self.hi and self.lo in self.holes:
-                self.holes.remove(self.lo)
-                self.lo += 1
-                n += 1
+        if self.role is not Role.HIGH and self.hi > self.lo:
+            k = self.hole_run(self.hi - 1, -1)  # holes lie in the span, so these are the k largest
+            if k:
+                del self.holes[len(self.holes) - k:]
+                self.hi -= k
+                n += k
+        if self.role is not Role.LOW and self.lo < self.hi:
+            k = self.hole_run(self.lo, 1)  # the k smallest holes
+            if k:
+                del self.holes[:k]
+                self.lo += k
+                n += k
         if self.role is Role.FLOAT and self.empty:
             self.lo = self.hi = 0  # parked: an empty float has no position
         return n

@@ -139,57 +139,83 @@ class Compaction:
     view: BandView
 
 
-def plan_compaction(band: Band, barrier: int | None, has_readers: Callable[[int], bool],
-                    budget: int | None = None) -> Compaction:
-    """Two-pointer pack of an end band toward its anchor.
+class EndPack:
+    """One end band's two-pointer compaction as a lazily generated move sequence, and its view after any prefix.
 
-    The farthest live page goes to the hole nearest the anchor, while that hole is
-    nearer the anchor than the page.  Only pages farther from the anchor than the
-    ``barrier`` (the farthest slot that cannot move: withheld, or held by a writer)
-    are sources: moving a page nearer than the barrier cannot retract the frontier,
-    so it would copy bytes for nothing.  A moved page with readers leaves its old
-    slot withheld; the frontier retracts past it once the readers release.
+    The farthest live page goes to the hole nearest the anchor, while that hole is nearer the anchor than the
+    page.  Only pages farther from the anchor than the ``barrier`` (the farthest slot that cannot move:
+    withheld, or held by a writer) are sources: moving a page nearer than the barrier cannot retract the
+    frontier, so it would copy bytes for nothing.  A moved page with readers leaves its old slot withheld; with
+    ``stop_at_readers`` the sequence ends before such a page instead (the frontier could not retract past it
+    now, so no later move of the sequence opens room now: what the shortfall-sized rung 2 wants).
     """
-    assert band.role is not Role.FLOAT
-    up = band.role is Role.LOW  # the low band's anchor is slot 0; the high band's is `top`
 
-    def nearer(a: int, b: int) -> bool:
-        return a < b if up else a > b
+    def __init__(self, band: Band, barrier: int | None, has_readers: Callable[[int], bool],
+                 stop_at_readers: bool = False) -> None:
+        assert band.role is not Role.FLOAT
+        self.band, self.barrier, self.has_readers, self.stop_at_readers = band, barrier, has_readers, stop_at_readers
+        self.up = band.role is Role.LOW  # the low band's anchor is slot 0; the high band's is `top`
+        self.pairs: list[tuple[int, int]] = []
+        self.done = False
+        self._holes = band.holes_in_anchor_order()
+        self._cursor = band.hi - 1 if self.up else band.lo  # scans sources from the far edge toward the anchor
+        self._views: dict[int, BandView] = {}
 
-    cursor = band.hi - 1 if up else band.lo  # scans sources from the far edge toward the anchor
-    step = -1 if up else 1
-    moves: list[tuple[int, int]] = []
-    for hole in band.holes_in_anchor_order():
-        if budget is not None and len(moves) >= budget:
-            break
-        src = None
-        while nearer(hole, cursor) and (barrier is None or nearer(barrier, cursor)):
-            s = cursor
-            cursor += step
-            if s in band.live:
-                src = s
+    def _nearer(self, a: int, b: int) -> bool:
+        return a < b if self.up else a > b
+
+    def extend(self, k: int | None = None) -> int:
+        """Generate moves until there are ``k`` (all, if None) or the sequence ends; how many there are."""
+        band, barrier, step = self.band, self.barrier, (-1 if self.up else 1)
+        while not self.done and (k is None or len(self.pairs) < k):
+            hole = next(self._holes, None)
+            src, cursor = None, self._cursor
+            while hole is not None and self._nearer(hole, cursor) and (barrier is None
+                                                                      or self._nearer(barrier, cursor)):
+                if cursor in band.live:
+                    src, cursor = cursor, cursor + step
+                    break
+                cursor += step * max(1, band.hole_run(cursor, step))  # beyond the barrier: a run of holes
+            self._cursor = cursor
+            if src is None or (self.stop_at_readers and self.has_readers(src)):
+                self.done = True
                 break
-        if src is None:
-            break
-        moves.append((src, hole))
+            self.pairs.append((src, hole))
+        return len(self.pairs)
 
-    used = {dst for _, dst in moves}
+    def view(self, k: int) -> BandView:
+        """The band as the planner sees it after the first ``k`` moves (already generated)."""
+        got = self._views.get(k)
+        if got is None:
+            got = self._views[k] = compaction_view(self.band, self.pairs[:k], self.has_readers)
+        return got
+
+
+def compaction_view(band: Band, moves: list[tuple[int, int]], has_readers: Callable[[int], bool]) -> BandView:
+    """An end band after ``moves`` (the first ones of its two-pointer sequence): the sources without readers are
+    holes, the frontier retracts past the slots that end up empty.  O(moves log moves + runs of holes x log^2 n):
+    the retraction jumps over runs of holes, it never walks them slot by slot."""
+    up = band.role is Role.LOW
     freed = sorted((s for s, _ in moves if not has_readers(s)), reverse=not up)  # anchor order
     freed_set = set(freed)
-
-    def empty_after(s: int) -> bool:
-        return (s in freed_set) or (s not in used and s in band.holes)
-
+    last_dst = moves[-1][1] if moves else None  # destinations are the holes nearest the anchor up to this one
     lo, hi = band.lo, band.hi
-    retracted = 0
+    step = -1 if up else 1
+    s = hi - 1 if up else lo
+    while lo <= s < hi:
+        if s in freed_set:
+            s += step
+            continue
+        run = band.hole_run(s, step)
+        if last_dst is not None:  # an original hole at or nearer the anchor than last_dst took a page
+            run = min(run, max(0, (s - last_dst) if up else (last_dst - s)))
+        if not run:
+            break
+        s += step * run
     if up:
-        while hi > lo and empty_after(hi - 1):
-            hi -= 1
-            retracted += 1
+        retracted, hi = hi - (s + 1), s + 1
     else:
-        while lo < hi and empty_after(lo):
-            lo += 1
-            retracted += 1
+        retracted, lo = s - lo, s
 
     count = band.hole_count - len(moves) + len(freed) - retracted
     n_used = len(moves)
@@ -203,7 +229,65 @@ def plan_compaction(band: Band, barrier: int | None, has_readers: Callable[[int]
         stream = merge_anchor_order(band.role, unused_holes(), iter(freed))
         return list(islice((s for s in stream if lo <= s < hi), max(0, min(k, count))))
 
-    return Compaction(moves, BandView(band.name, band.role, band.page_bytes, band.top, lo, hi, count, first))
+    return BandView(band.name, band.role, band.page_bytes, band.top, lo, hi, count, first)
+
+
+def plan_compaction(band: Band, barrier: int | None, has_readers: Callable[[int], bool],
+                    budget: int | None = None) -> Compaction:
+    """The full pack of an end band toward its anchor (SGLang's urgent flush), at most ``budget`` moves:
+    every move of its two-pointer sequence (``EndPack``), readers or not."""
+    pack = EndPack(band, barrier, has_readers)
+    n = pack.extend(budget)
+    return Compaction(pack.pairs[:n], pack.view(n))
+
+
+def least(ok: Callable[[int], bool], pack: EndPack, first: int = 1, cap: int | None = None) -> int | None:
+    """The smallest move count ``k >= first`` of ``pack`` (and ``<= cap``) with ``ok(k)``, or None.  Galloping
+    (1, 2, 4, ...) then bisection: O(k) moves generated, O(log k) probes.  Every count it returns was probed, so
+    it returns a count where ``ok`` holds even if ``ok`` were not monotone; it is the smallest when it is."""
+    if first == 0:
+        if ok(0):
+            return 0
+        first = 1
+    bad, k = first - 1, first
+    while True:
+        if cap is not None:
+            k = min(k, cap)
+        k = min(k, pack.extend(k))
+        if k <= bad:  # the sequence (or the cap) ended below anything untried
+            return None
+        if ok(k):
+            good = k
+            while good - bad > 1:
+                mid = (bad + good) // 2
+                if ok(mid):
+                    good = mid
+                else:
+                    bad = mid
+            return good
+        bad, k = k, 2 * k
+
+
+def size_ends(fit: Callable[[int, int], bool], low: EndPack, high: EndPack) -> tuple[int, int] | None:
+    """Shortfall-sized rung 2: how many moves of each end band's sequence, ``(k_low, k_high)``, make ``fit``
+    true (``fit(0, 0)`` is false: rung 1 failed).  One band alone if it can, the one moving fewer bytes (ties:
+    the low band); else the low band's whole sequence and the fewest high moves, then the fewest low moves
+    that still fit.  None when even both whole sequences do not fit."""
+    p_low, p_high = low.band.page_bytes, high.band.page_bytes
+    k_low = least(lambda k: fit(k, 0), low)
+    cap = None if k_low is None else (k_low * p_low - 1) // p_high  # the high band must move fewer bytes
+    k_high = least(lambda k: fit(0, k), high, cap=cap) if cap is None or cap >= 1 else None
+    if k_high is not None:
+        return 0, k_high
+    if k_low is not None:
+        return k_low, 0
+    n_low = low.extend()
+    k_high = least(lambda k: fit(n_low, k), high)
+    if k_high is None:
+        return None
+    k_low = least(lambda k: fit(k, k_high), low)
+    assert k_low is not None  # fit(n_low, k_high) holds and was probed
+    return k_low, k_high
 
 
 # ---------------------------------------------------------------------------------------------
@@ -244,6 +328,82 @@ def plan_float_relayout(band: Band, win_lo: int, win_hi: int, pages: int, hint: 
     moves = list(zip(sources, free))
     rest = free[len(sources):]
     return Relayout(moves, (t, t_end), explicit_view(band, t, t_end, rest))
+
+
+def plan_float_fewest(band: Band, win_lo: int, win_hi: int, pages: int, hint: int,
+                      obstacles: list[int]) -> Relayout | None:
+    """The default rung 3 for one float: move the fewest pages that open the room.
+
+    Every arrangement of the float lies inside the aligned window, so its live pages outside the window must
+    move in every one; this plan moves exactly those (``float_target`` keeps every page inside the window where
+    it is).  Each source, ascending, goes to the lowest free slot of the target span.  O(sources + runs of
+    holes outside the window x log^2 n + log n): never a walk over the float band.  None if no span fits.
+    """
+    p = band.page_bytes
+    need = len(band.live) + len(band.withheld) + pages
+    if need == 0:
+        return Relayout([], (0, 0), explicit_view(band, 0, 0, []))
+    lo, hi = (band.lo, band.hi) if not band.empty else (hint // p, hint // p)
+    span = float_target(p, win_lo, win_hi, need, lo, hi, min(obstacles) if obstacles else None,
+                        max(obstacles) if obstacles else None)
+    if span is None:
+        return None
+    t, t_end = span
+    sources = [s for a, b in ((band.lo, min(band.hi, t)), (max(band.lo, t_end), band.hi))
+               for s in _live_in(band, a, b)]
+
+    def free() -> Iterator[int]:  # ascending: the span's slots below the band, its holes, its slots above
+        b_lo, b_hi = (band.lo, band.hi) if not band.empty else (t_end, t_end)
+        return chain(range(t, min(t_end, b_lo)), band.holes.irange(max(t, b_lo), min(t_end, b_hi) - 1),
+                     range(max(t, b_hi), t_end))
+
+    moves = list(zip(sources, free()))
+    assert len(moves) == len(sources)
+    count = (t_end - t) - len(band.live) - len(band.withheld)
+
+    def first(k: int) -> list[int]:
+        return list(islice(free(), len(sources), len(sources) + max(0, min(k, count))))
+
+    return Relayout(moves, (t, t_end), BandView(band.name, band.role, p, band.top, t, t_end, count, first))
+
+
+def _live_in(band: Band, a: int, b: int) -> Iterator[int]:
+    """The live slots of ``band`` in ``[a, b)``, ascending, jumping over runs of holes (no withheld slot is there:
+    withheld slots are obstacles, inside every target span)."""
+    s = a
+    while s < b:
+        if s in band.live:
+            yield s
+            s += 1
+        else:
+            s += max(1, band.hole_run(s, 1))
+
+
+def float_target(p: int, win_lo: int, win_hi: int, need: int, lo: int, hi: int, omin: int | None,
+                 omax: int | None) -> tuple[int, int] | None:
+    """The default rung 3's target span ``[t, t_end)``: the float's span ``[lo, hi)`` (its hint slot, twice, when
+    empty) clipped to the aligned window ``[ceil(win_lo/p), win_hi // p)``, widened by the slots it lacks of
+    ``need``, up first, then down.  It exists iff the window holds ``need`` slots and the immovable slots
+    ``omin..omax`` (inside ``[lo, hi)``); then it keeps every slot of the band inside the window.
+
+    pre: p > 0
+    pre: need > 0
+    pre: lo <= hi
+    pre: (omin is None) == (omax is None)
+    pre: omin is None or lo <= omin <= omax < hi
+    post: __return__ is None or win_lo <= __return__[0] * p
+    post: __return__ is None or __return__[1] * p <= win_hi
+    post: __return__ is None or __return__[1] - __return__[0] >= need
+    post: __return__ is None or omin is None or __return__[0] <= omin <= omax < __return__[1]
+    post: __return__ is None or all(__return__[0] <= x < __return__[1] for x in range(lo, hi) if win_lo<=x*p<=win_hi-p)
+    """
+    w_lo, w_hi = ceil_div(win_lo, p), win_hi // p
+    if w_hi - w_lo < need or (omin is not None and omax is not None and not w_lo <= omin <= omax < w_hi):
+        return None
+    c_lo, c_hi = clamp(lo, w_lo, w_hi), clamp(hi, w_lo, w_hi)
+    lack = max(0, need - (c_hi - c_lo))
+    up = min(lack, w_hi - c_hi)
+    return c_lo - (lack - up), c_hi + up
 
 
 def float_span(p: int, win_lo: int, win_hi: int, need: int, current: int, omin: int | None,

@@ -40,7 +40,10 @@ class Policy(Protocol):
 
 
 class Ladder:
-    """The spec's ladder: reuse in place, compact the ends, relayout the floats (the default)."""
+    """The spec's ladder: reuse in place, compact the ends, relayout the floats (the default).
+
+    Rung 2 moves only as many end-band pages as the shortfall needs, frontier side first; rung 3 moves only the
+    float pages outside the room (spec/arena.md §Rung 2, §Rung 3)."""
 
     name = "ladder"
 
@@ -69,6 +72,16 @@ class RelayoutBudget(Ladder):
 
     def plan(self, arena: Arena, demand: dict[str, int]) -> Plan:
         return arena.ladder(demand, relayout_budget=self.budget_bytes)
+
+
+class FullCompaction(Ladder):
+    """SGLang's urgent flush: rung 2 packs both end bands whole (every move of their two-pointer sequences,
+    readers or not) and rung 3 takes the span nearest the float's position; for comparison with the default."""
+
+    name = "full-compaction"
+
+    def plan(self, arena: Arena, demand: dict[str, int]) -> Plan:
+        return arena.ladder(demand, full=True)
 
 
 class EagerCompaction(Ladder):
@@ -119,6 +132,7 @@ POLICIES: dict[str, Callable[[], Policy]] = {
     "ladder": Ladder,
     "best-fit": BestFit,
     "eager-compaction": EagerCompaction,
+    "full-compaction": FullCompaction,
     "no-relayout": NoRelayout,
     "relayout-budget": RelayoutBudget,
 }

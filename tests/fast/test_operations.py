@@ -18,6 +18,7 @@ import pytest
 from kvarena.reference.arena import Arena
 from kvarena.reference.bands import Role
 from kvarena.reference.invariants import check_all
+from kvarena.reference.policy import POLICIES
 from kvarena.reference.split import SplitPools, split_regions
 from kvarena.spec.errors import AdmissionRejectedError, ArenaError, UnknownOwnerError, UnknownPageError
 from kvarena.spec.models import ArenaConfig, preset
@@ -508,14 +509,19 @@ def test_plan_rung2_when_only_compaction_opens_the_gap() -> None:
     plan = a.plan_admission({"state": 4})
     assert a.snapshot() == before  # planning is read-only
     assert plan.rung is Rung.COMPACT
-    assert plan.moves == (Move("full", 8, 15), Move("full", 9, 14))
-    assert plan.bytes_moved == {2: 512} and plan.total_bytes_moved == 512
+    # shortfall-sized: one full page (256 B) opens the 4 state pages (64 B each); the full flush moves two
+    assert plan.moves == (Move("full", 8, 15),)
+    assert plan.bytes_moved == {2: 256} and plan.total_bytes_moved == 256
     assert plan.placements == {"state": (32, 33, 34, 35)}
     ad = a.admit("C", {"state": 4})
     assert ad.plan == plan
     assert slots(a, ad.pages["state"]) == [32, 33, 34, 35]
     assert a.stats.rung_used[2] == 1
     check_all(a)
+    full, _f = _full_with_far_holes()
+    full.policy = POLICIES["full-compaction"]()
+    plan = full.plan_admission({"state": 4})
+    assert plan.moves == (Move("full", 8, 15), Move("full", 9, 14)) and plan.bytes_moved == {2: 512}
 
 
 def test_plan_rung3_when_only_moving_the_float_fits() -> None:
