@@ -27,6 +27,7 @@ Shapes the harness expects (checked; a wrong shape is an :class:`AdapterError` n
   out, in every class (a hand-out zeroes the page: bands of different classes share bytes); compared
   exactly at every level (INV-CONTENT-FOLLOWS-VID);
 * ``translate`` returns ``(class, slot)``;
+* ``copy_state(owner, src)`` (optional) returns the new virtual id (an int) of a copy of recurrent page ``src``;
 * ``observe`` returns an :class:`Observation` (or a mapping with its four fields);
 * ``held(owner)`` (optional) returns class -> ids the owner holds, in acquisition order; when present it
   is compared after every step.
@@ -47,7 +48,7 @@ LEVELS = ("safety", "decisions", "exact")
 
 REQUIRED_METHODS = ("admit", "extend", "share", "drop", "slide", "free", "acquire", "release", "compact",
                     "relayout", "write", "read", "translate")
-OPTIONAL_METHODS = ("held", "close")
+OPTIONAL_METHODS = ("held", "close", "copy_state")  # a trace that copies state stops where copy_state is missing
 
 DEFAULT_IMPL = "kvarena.gpu.allocator:make"  # kvarena's own Torch + Triton implementation
 REFERENCE_ALIAS = "reference"  # ``--impl reference``: the reference itself (a self-test of the harness)

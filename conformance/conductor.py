@@ -226,6 +226,9 @@ class Conductor:
                 self.expected.pop(h, None)
         elif op == "write":
             self.expected.setdefault(args["page"], {})[(args["entry"], args["row"])] = args["tag"]
+        elif op == "copy_state" and args["page"] in self.expected:  # the copy reads back the source's rows
+            for h in (x for hs in (exp.pages or {}).values() for x in hs):
+                self.expected[h] = dict(self.expected[args["page"]])
         elif op == "acquire":
             pages = []
             if self.impl is not None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 from kvarena.conformance.adapter import (
@@ -54,10 +55,11 @@ OPS: dict[str, tuple[str, ...]] = {
     "write": ("page", "entry", "row", "tag"),
     "read": ("page", "entry", "row"),
     "translate": ("page",),
+    "copy_state": ("owner", "page"),  # returns like an admission: the new page (a new handle) of the page's class
     "construct": ("config",),
 }
 PAGE_LIST_ARGS = ("shared", "pages")
-ADMISSIONS = ("admit", "extend")
+ADMISSIONS = ("admit", "extend", "copy_state")
 FREEING = ("drop", "slide", "free")
 PLACEMENT_DEPENDENT = ("admit", "extend", "relayout")  # outcomes that may differ below `decisions`
 REJECTED = "AdmissionRejected"
@@ -91,7 +93,8 @@ CONFIG_FIELDS = ("model", "capacity", "page_size", "max_context_len", "swa_full_
 def config_to_json(config: ArenaConfig) -> dict:
     return {"model": config.model.name, "capacity": config.capacity, "page_size": config.page_size,
             "max_context_len": config.max_context_len, "swa_full_tokens_ratio": config.swa_full_tokens_ratio,
-            "mamba_full_memory_ratio": config.mamba_full_memory_ratio}
+            "mamba_full_memory_ratio": config.mamba_full_memory_ratio,
+            **({"recurrent_slots": config.recurrent_slots} if config.recurrent_slots != 1 else {})}
 
 
 def config_from_json(d: Mapping[str, Any]) -> ArenaConfig:
@@ -100,7 +103,8 @@ def config_from_json(d: Mapping[str, Any]) -> ArenaConfig:
         raise ValueError(f"config lacks {missing}")
     return ArenaConfig(preset(d["model"]), d["capacity"], page_size=d["page_size"],
                        swa_full_tokens_ratio=d["swa_full_tokens_ratio"],
-                       mamba_full_memory_ratio=d["mamba_full_memory_ratio"], max_context_len=d["max_context_len"])
+                       mamba_full_memory_ratio=d["mamba_full_memory_ratio"], max_context_len=d["max_context_len"],
+                       recurrent_slots=d.get("recurrent_slots", 1))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -264,6 +268,8 @@ def call(alloc: Any, op: str, a: Mapping[str, Any]) -> Any:
         return alloc.read(a["page"], a["entry"], a["row"])
     if op == "translate":
         return alloc.translate(a["page"])
+    if op == "copy_state":
+        return alloc.copy_state(a["owner"], a["page"])
     raise ValueError(f"unknown op {op!r}; the ops are {sorted(OPS)}")
 
 
@@ -294,6 +300,8 @@ class LiveReference:
         except Exception as e:  # the reference itself failed: never a valid outcome
             raise AssertionError(f"the reference raised {type(e).__name__}: {e} on {op} {args}; this is a bug in "
                                  "kvarena.reference, not in the implementation") from e
+        if op == "copy_state":  # the new page, shaped like an admission's
+            result = SimpleNamespace(pages={a.v2p[result][0]: (result,)}, plan=None)
         if op in ADMISSIONS:
             pages: dict[str, list[int]] = {}
             vids: dict[str, list[int]] = {}
@@ -399,6 +407,9 @@ class Side:
 
     def apply(self, op: str, args: Mapping[str, Any]) -> Outcome:
         resolved = self.h.args_for_call(op, args)
+        if op == "copy_state" and not callable(getattr(self.alloc, "copy_state", None)):
+            raise StopReplay(f"the implementation has no copy_state (optional in the adapter protocol): the trace "
+                             f"copies recurrent state here ({json.dumps(dict(args))})")
         try:
             result = call(self.alloc, op, resolved)
         except ArenaError as e:
@@ -409,6 +420,9 @@ class Side:
         except Exception as e:  # any other exception is a divergence, reported as such
             return Outcome(code=f"{type(e).__name__} (not a kvarena error)", error=e, foreign=True)
         order = self.geo.order
+        if op == "copy_state":  # the new page's class, from the implementation's own translation
+            (v,) = ids_of([result], op)
+            return Outcome(value={page_of(self.alloc.translate(v))[0]: [v]})
         if op in ADMISSIONS:
             return Outcome(value=pages_of(result, op, order), plan=plan_of(result))
         if op in FREEING:

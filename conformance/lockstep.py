@@ -40,6 +40,7 @@ from kvarena.conformance.harness import (
     construct_pair,
 )
 from kvarena.spec.errors import CapacityTooSmallError
+from kvarena.spec.layout import Kind
 from kvarena.spec.models import ArenaConfig, preset
 from kvarena.spec.types import UserKind
 
@@ -132,8 +133,29 @@ def bad_ids(c: Conductor) -> list[Any]:
     return out
 
 
-def _demand(c: Conductor, ch: Chooser, hi: int) -> dict[str, int]:
-    return {k: ch.integer(0, hi, f"pages[{k}]") for k in c.order}
+def is_state(c: Conductor, cls: str) -> bool:
+    return c.oracle.arena.classes[cls].kind is Kind.RECURRENT
+
+
+def room(c: Conductor, cls: str, hi: int, owner: str | None = None) -> int:
+    """At most ``hi`` pages; of the recurrent class at most what ``owner`` may still hold (recurrent_slots)."""
+    if not is_state(c, cls):
+        return hi
+    have = len(c.oracle.held(owner)[cls]) if owner is not None and owner in c.oracle.owners() else 0
+    return max(0, min(hi, c.oracle.arena.config.recurrent_slots - have))
+
+
+def shareable(c: Conductor) -> list[int]:
+    """Live token pages: recurrent state is one owner's, copied (copy_state), never shared."""
+    return [h for h in live(c) if not is_state(c, c.oracle.cls_of(h))]
+
+
+def states(c: Conductor) -> list[int]:
+    return [h for h in live(c) if is_state(c, c.oracle.cls_of(h))]
+
+
+def _demand(c: Conductor, ch: Chooser, hi: int, owner: str | None = None) -> dict[str, int]:
+    return {k: ch.integer(0, room(c, k, hi, owner), f"pages[{k}]") for k in c.order}
 
 
 def _tag(c: Conductor) -> int:
@@ -147,7 +169,7 @@ def _tag(c: Conductor) -> int:
 
 def r_admit(c: Conductor, ch: Chooser) -> None:
     demand = _demand(c, ch, 3)
-    pages = live(c)
+    pages = shareable(c)
     shared = ch.subset(pages, 0, 2, "shared") if pages else []
     c.run("admit", owner=c.fresh("r"), demand=demand, shared=shared)
 
@@ -159,7 +181,7 @@ def r_churn(c: Conductor, ch: Chooser) -> None:
     made = []
     for _ in range(k):
         owner = c.fresh("c")
-        if not c.run("admit", owner=owner, demand=dict.fromkeys(c.order, pages), shared=[]).ok:
+        if not c.run("admit", owner=owner, demand={k: room(c, k, pages) for k in c.order}, shared=[]).ok:
             break
         made.append(owner)
     for owner in made[::2]:
@@ -178,14 +200,15 @@ def r_squeeze(c: Conductor, ch: Chooser) -> None:
         made.append(owner)
     for owner in made[::2]:
         c.run("free", owner=owner)
-    pages = ch.integer(1, 2, "pages")
+    pages = room(c, second, ch.integer(1, 2, "pages"))
     for _ in range(12):
         if not c.run("admit", owner=c.fresh("q"), demand={second: pages}, shared=[]).ok:
             break
 
 
 def r_extend(c: Conductor, ch: Chooser) -> None:
-    c.run("extend", owner=ch.choice(requests(c), "owner"), demand=_demand(c, ch, 2))
+    owner = ch.choice(requests(c), "owner")
+    c.run("extend", owner=owner, demand=_demand(c, ch, 2, owner))
 
 
 def r_slide(c: Conductor, ch: Chooser) -> None:
@@ -207,7 +230,7 @@ def r_drop_some(c: Conductor, ch: Chooser) -> None:
 
 def r_cache_insert(c: Conductor, ch: Chooser) -> None:
     cached = set(held_flat(c, CACHE)) if CACHE in c.oracle.owners() else set()
-    fresh = [h for h in live(c) if h not in cached]
+    fresh = [h for h in shareable(c) if h not in cached]
     if fresh:
         c.run("share", owner=CACHE, pages=ch.subset(fresh, 1, 3, "pages"))
 
@@ -265,6 +288,45 @@ def r_shared_withheld(c: Conductor, ch: Chooser) -> None:
     c.run("acquire", user=second, kind=UserKind.FORWARD_READ.value, pages=[h])
     c.run("drop", owner=owner, pages=[h])
     c.run("release", user=first)
+
+
+def r_copy_state(c: Conductor, ch: Chooser) -> None:
+    """Prefix caching of recurrent state: a copy for a new cache node or for a request with a free slot; the copy
+    reads back the source's rows (SGLang's mamba-pool fork)."""
+    src = ch.choice(states(c), "src")
+    cls = c.oracle.cls_of(src)
+    roomy = [o for o in requests(c) if room(c, cls, 1, o)]
+    owner = c.fresh("node") if ch.boolean("new_owner") or not roomy else ch.choice(roomy, "owner")
+    c.run("copy_state", owner=owner, page=src)
+
+
+def r_state_refusals(c: Conductor, ch: Chooser) -> None:
+    """Recurrent state is never shared and no owner holds more than recurrent_slots of it; only recurrent pages
+    are copied (InvalidArgument, nothing changes)."""
+    src = ch.choice(states(c), "src")
+    cls = c.oracle.cls_of(src)
+    cap = c.oracle.arena.config.recurrent_slots
+    full = [o for o in requests(c) if not room(c, cls, 1, o)]
+    cases = ["share", "admit-shared", "admit-over-cap"] + (["extend-over-cap", "copy-over-cap"] if full else [])
+    cases += ["copy-token-page"] if shareable(c) else []
+    case = ch.choice(cases, "case")
+    if case == "share":
+        c.run("share", owner=CACHE, pages=[src])
+    elif case == "admit-shared":
+        c.run("admit", owner=c.fresh("r"), demand={}, shared=[src])
+    elif case == "admit-over-cap":
+        c.run("admit", owner=c.fresh("r"), demand={cls: cap + 1}, shared=[])
+    elif case == "extend-over-cap":
+        c.run("extend", owner=ch.choice(full, "owner"), demand={cls: 1})
+    elif case == "copy-over-cap":
+        c.run("copy_state", owner=ch.choice(full, "owner"), page=src)
+    else:
+        c.run("copy_state", owner=c.fresh("node"), page=ch.choice(shareable(c), "page"))
+
+
+def r_acquire_nothing(c: Conductor, ch: Chooser) -> None:
+    """A ledger user holds at least one page: acquire([]) is refused."""
+    c.run("acquire", user=c.fresh("u"), kind=ch.choice(KINDS, "kind"), pages=[])
 
 
 def r_compact(c: Conductor, ch: Chooser) -> None:
@@ -437,6 +499,11 @@ def _has_pages(c: Conductor) -> bool:
     return bool(c.oracle.live())
 
 
+def _can_copy(c: Conductor) -> bool:
+    """Some recurrent page is live, and the implementation (if any) offers copy_state (optional)."""
+    return bool(states(c)) and (c.impl is None or callable(getattr(c.impl.alloc, "copy_state", None)))
+
+
 # name -> (precondition or None, rule, weight for the vector generator)
 RULES: dict[str, tuple[Callable[[Conductor], bool] | None, Callable[[Conductor, Chooser], None], int]] = {
     "admit": (None, r_admit, 8),
@@ -467,6 +534,9 @@ RULES: dict[str, tuple[Callable[[Conductor], bool] | None, Callable[[Conductor, 
     "bad_arguments": (None, r_bad_arguments, 1),
     # weight 0: the machine explores it, the committed vectors' generator does not (so they stay as they are)
     "shared_withheld": (_has_requests, r_shared_withheld, 0),
+    "copy_state": (_can_copy, r_copy_state, 0),
+    "state_refusals": (_can_copy, r_state_refusals, 0),
+    "acquire_nothing": (None, r_acquire_nothing, 0),
 }
 
 

@@ -162,7 +162,7 @@ def rung1_reuse(c: Conductor, rng: random.Random) -> None:
 def rung2_compact(c: Conductor, rng: random.Random) -> None:
     """Rung 2: the low band's holes are reachable only by compaction; compact() with a budget, under a
     writer (the page stays) and under a reader (its old slot is withheld until release)."""
-    made = fill(c, "s", {"state": 2}, limit=10)
+    made = fill(c, "s", {"state": 1}, limit=20)  # one state per request (recurrent_slots 1)
     owners = [f"s{i}" for i in range(1, c.serial + 1) if any(s.get("args", {}).get("owner") == f"s{i}"
                                                               for s in c.steps)]
     admitted = [o for o, e in zip(owners, made) if e.ok]
@@ -185,7 +185,7 @@ def rung2_compact(c: Conductor, rng: random.Random) -> None:
         moved = any(m[0] == "state" and m[1] == c.oracle.snapshot().pages.get(far, ("", -1))[1] for m in plan["moves"])
         if kind == "forward_write" and moved:
             raise ScenarioError("compaction moved a page with a writer")
-        c.run("admit", owner=c.fresh("after"), demand={"state": 2}, shared=[])
+        c.run("admit", owner=c.fresh("after"), demand={"state": 1}, shared=[])
         must(c.run("release", user=user), f"release {user}")
         must(c.run("compact", max_moves=None), "compact after release")
     walk(c, rng, 80, {"squeeze": 6, "compact": 6, "churn": 4})
@@ -197,7 +197,7 @@ def rung3_relayout(c: Conductor, rng: random.Random) -> None:
     w = must(c.run("admit", owner="w1", demand={"window": 2}, shared=[]), "float placed at its hint", rung=1)
     for h in flat(w):
         write_page(c, h)
-    got = fill(c, "s", {"state": 3})
+    got = fill(c, "s", {"state": 1}, limit=192)
     got += fill(c, "f", {"full": 1})
     if not any((e.plan or {}).get("rung") == 3 for e in got if e.ok):
         raise ScenarioError("rung3-relayout: no admission took rung 3")
@@ -355,7 +355,7 @@ def sglang_transfer_compaction(c: Conductor, rng: random.Random) -> None:
     physical ones after compaction.  Here a transfer's pages are pinned (writer) or their old slots
     withheld (reader) exactly as long as the transfer holds them; everything else still moves."""
     for o in ("r1", "r2", "r3"):
-        must(c.run("admit", owner=o, demand={"state": 2, "window": 2, "full": 2}, shared=[]), o)
+        must(c.run("admit", owner=o, demand={"state": 1, "window": 2, "full": 2}, shared=[]), o)
     for o in ("r2", "r3"):
         for h in [h for hs in c.oracle.held(o).values() for h in hs]:
             write_page(c, h)
@@ -372,13 +372,13 @@ def sglang_transfer_compaction(c: Conductor, rng: random.Random) -> None:
     must(c.run("free", owner="r2"), "free r2 while it is still being sent: withheld")
     must(c.run("compact", max_moves=None), "compact: r3 is pinned by its writer")
     c.run("relayout", demand={"state": 2, "window": 0, "full": 2})
-    c.run("admit", owner="r5", demand={"state": 2, "window": 1, "full": 2}, shared=[])
+    c.run("admit", owner="r5", demand={"state": 1, "window": 1, "full": 2}, shared=[])
     must(c.run("release", user="send"), "transfer out done: withheld slots become holes")
     must(c.run("compact", max_moves=None), "compact")
     must(c.run("release", user="load"), "host load done")
     must(c.run("compact", max_moves=None), "compact")
     readback(c)
-    walk(c, rng, 100, LEDGER_WEIGHTS)
+    walk(c, rng, 96, LEDGER_WEIGHTS)  # (the vector stays within 300 steps)
     readback(c)
 
 
@@ -397,9 +397,21 @@ def sglang_one_side_starves(c: Conductor, rng: random.Random) -> None:
     must(c.run("admit", owner="s1", demand={"state": 1}, shared=[]), "state fits after eviction + compaction",
          rung=2)
     must(c.run("drop", owner=CACHE, pages=c.oracle.held(CACHE)["full"]), "evict the rest")
-    got = fill(c, "t", {"state": 4}, cache=True)
+    nodes = []  # cached recurrent state: each request's state copied to a cache node of its own, then freed
+    for _ in range(128):
+        t = c.fresh("t")
+        e = c.run("admit", owner=t, demand={"state": 1}, shared=[])
+        if not e.ok:
+            break
+        node = f"{CACHE}/{t}"
+        if not c.run("copy_state", owner=node, page=e.pages["state"][0]).ok:
+            c.run("free", owner=t)
+            break
+        nodes.append(node)
+        c.run("free", owner=t)
     must(c.run("admit", owner="f1", demand={"full": 2}, shared=[]), "full starved", code="AdmissionRejected")
-    must(c.run("drop", owner=CACHE, pages=c.oracle.held(CACHE)["state"][:8]), "evict state pages")
+    for node in nodes[:8]:
+        must(c.run("free", owner=node), "evict a cached state")
     must(c.run("admit", owner="f1", demand={"full": 2}, shared=[]), "full fits after eviction + compaction", rung=2)
     walk(c, rng, 60, {"cache_insert": 5, "cache_evict": 5, "squeeze": 3})
     readback(c)
@@ -429,7 +441,7 @@ def sglang_sink_page(c: Conductor, rng: random.Random) -> None:
         if op == "read":
             args.update(entry=0, row=0)
         must(c.run(op, **args), f"{op} a freed recurrent page", code="UnknownPage")
-    r2 = must(c.run("admit", owner="r2", demand={"state": 2, "full": 1}, shared=[]), "r2 reuses the slot")
+    r2 = must(c.run("admit", owner="r2", demand={"state": 1, "full": 1}, shared=[]), "r2 reuses the slot")
     for h in r2.pages["state"]:
         for row in range(c.geo.rows["state"]):
             must(c.run("read", page=h, entry=0, row=row), "fresh recurrent rows read 0")
@@ -442,7 +454,8 @@ def sglang_off_grid_frontier(c: Conductor, rng: random.Random) -> None:
     land up to one entry below it (an overlap).  Here the low frontier sits off the high band's grid
     (state pages of 64 B, full pages of 128 B) and the high band stops above it, then the low band
     takes exactly the 64 B left between them."""
-    must(c.run("admit", owner="s", demand={"state": 3}, shared=[]), "low frontier at 192 B")
+    for s in ("s", "s_b", "s_c"):  # one state each: the low frontier at 192 B
+        must(c.run("admit", owner=s, demand={"state": 1}, shared=[]), f"{s}: low frontier at 192 B")
     must(c.run("admit", owner="w", demand={"window": 1}, shared=[]), "a float at its hint")
     fill(c, "f", {"full": 1})
     must(c.run("free", owner="w"), "the float empties (parked)")
@@ -515,3 +528,7 @@ VECTORS += unit_vectors()
 from kvarena.conformance.scenarios_integrations import integration_vectors  # noqa: E402 (spec §Integrations)
 
 VECTORS += integration_vectors()
+
+from kvarena.conformance.scenarios_recurrent import recurrent_vectors  # noqa: E402 (spec §Recurrent state)
+
+VECTORS += recurrent_vectors()

@@ -386,6 +386,9 @@ class GpuArena(BatchOps, MoveOps):
                     band.live.clear(mine)  # type: ignore[attr-defined]
                     self._vacate_many(band, mine)
             self.pool.give(freed)
+            if self.tag_vids:  # a freed copy's id starts afresh (copy_state)
+                for v in freed.tolist():
+                    self.tag_vids.pop(v, None)
             self.tables.unbind(classes, freed, slots)
         for b in self._chain:
             b.absorb()
@@ -466,13 +469,13 @@ class GpuArena(BatchOps, MoveOps):
             raise InvalidArgumentError(f"write: tag must be an int (a content fingerprint), got {tag!r}")
         if not -(1 << 63) <= tag < 1 << 63:  # the row holds the tag's bytes: 64 of them
             raise InvalidArgumentError(f"write: tag {tag} is outside the int64 range this implementation stores")
-        self.mem.write_tag(cls, slot, vid, entry, row, tag)
+        self.mem.write_tag(cls, slot, self._tag_vid(vid), entry, row, tag)
 
     def read(self, vid: int, entry: int, row: int) -> int:
         """The tag decoded from the row's bytes: what the bytes say, 0 for a row never written since the page
         was handed out (every hand-out zeroes the page, every class)."""
         cls, slot = self._page_row(vid, entry, row)
-        return self.mem.read_tag(cls, slot, vid, entry, row)
+        return self.mem.read_tag(cls, slot, self._tag_vid(vid), entry, row)
 
     def views(self, cls: str) -> dict[tuple[int, str], torch.Tensor]:
         """Typed views of every row of class ``cls`` (what attention kernels read), see ``DeviceArena.views``."""
@@ -563,6 +566,50 @@ class GpuArena(BatchOps, MoveOps):
         return Observation(v2p=v2p, spans={n: (b.lo, b.hi) for n, b in self.bands.items()},
                            holes={n: tuple(b.holes) for n, b in self.bands.items()},
                            withheld={n: tuple(sorted(b.withheld)) for n, b in self.bands.items()})
+
+    # =========================================================================================
+    # Recurrent state (spec/arena.md §Recurrent state; added by H-recurrent, issue 12 §3)
+
+    def copy_state(self, owner: str, src: int) -> int:
+        """``owner`` (created if new) gets a new recurrent page holding a copy of every byte of page ``src``
+        (prefix caching of recurrent state: SGLang's mamba-pool fork), placed like ``extend(owner, {cls: 1})``:
+        the ladder's plan, then one page copy (``kernels.copy``) from wherever the plan left ``src``."""
+        from kvarena.gpu.kernels.copy import copy_pages
+        from kvarena.spec.layout import Kind
+
+        self.poll()
+        if not _is_int(src):
+            raise InvalidArgumentError(f"copy_state({owner!r}): virtual page ids must be ints, got {src!r} "
+                                       f"({type(src).__name__}); pass the ids admit/extend returned")
+        (src,) = self._bound([src], f"copy_state({owner!r})")
+        cls = self.order[int(self.vcls[src])]
+        if self.config.model.cls(cls).kind is not Kind.RECURRENT:
+            raise InvalidArgumentError(f"copy_state({owner!r}, {src}): page {src} is a {cls!r} page, not recurrent "
+                                       "state; token pages are shared, not copied: use share(owner, [src])")
+        row = self.owners.rows.get(owner)
+        have = len(self.owners.entries(row, self.cidx[cls])) if row is not None else 0
+        cap = self.config.recurrent_slots
+        if have + 1 > cap:
+            raise InvalidArgumentError(
+                f"owner {owner!r} would hold {have + 1} recurrent {cls!r} pages, more than recurrent_slots={cap}; "
+                "a request holds one state (raise ArenaConfig.recurrent_slots), or drop one first")
+        plan = self.ladder.admission({cls: 1})
+        (vid,) = self._apply(plan)[cls]
+        copy_pages(self.mem.words, [int(self.vslot[src])], [int(self.vslot[vid])], self.bands[cls].page_bytes)
+        self.tag_vids[int(vid)] = self._tag_vid(src)  # the copied bytes encode tags under src's key
+        if row is None:
+            row = self.owners.add(owner)
+        self._hold(row, np.array([vid], dtype=np.int64))
+        return int(vid)
+
+    @property
+    def tag_vids(self) -> dict[int, int]:
+        """copy -> the page whose key its tag bytes use (``write_tag`` keys a row's bytes to a page, which is how
+        a misplaced page is caught; a byte-exact copy keeps the source's key, and writes to it use that key)."""
+        return self.__dict__.setdefault("_tag_vids", {})
+
+    def _tag_vid(self, vid: int) -> int:
+        return self.tag_vids.get(vid, vid) if self.tag_vids else vid
 
 
 def make(config: ArenaConfig, device: str | torch.device = "cpu", graph_width: int | None = None,
