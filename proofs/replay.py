@@ -85,13 +85,15 @@ EDITS: dict[str, tuple[str, str, str]] = {
                        "            band.withheld.discard(slot)"),
     "keep-hole": ("arena", "        if band.in_span(slot):\n            band.holes.remove(slot)",
                   "        if band.in_span(slot):\n            pass"),
-    "absorb-withheld": ("bands", "            while self.hi > self.lo and (self.hi - 1) in self.holes:\n"
-                                 "                self.holes.remove(self.hi - 1)",
-                        "            while self.hi > self.lo and ((self.hi - 1) in self.holes\n"
-                        "                                         or (self.hi - 1) in self.withheld):\n"
-                        "                self.holes.discard(self.hi - 1)"),
-    "absorb-low-bottom": ("bands", "        if self.role is not Role.LOW:\n            while self.lo < self.hi",
-                          "        if True:\n            while self.lo < self.hi"),
+    "absorb-withheld": ("bands", "            k = self.hole_run(self.hi - 1, -1)  # holes lie in the span, "
+                                 "so these are the k largest\n",
+                        "            while self.hi > self.lo and (self.hi - 1) in self.withheld:\n"
+                        "                self.hi -= 1\n"
+                        "                n += 1\n"
+                        "            k = self.hole_run(self.hi - 1, -1)\n"),
+    "absorb-low-bottom": ("bands", "        if self.role is not Role.LOW and self.lo < self.hi:\n"
+                                   "            k = self.hole_run(self.lo, 1)",
+                          "        if self.lo < self.hi:\n            k = self.hole_run(self.lo, 1)"),
 }
 # Planner bugs: the bad choice is in the witness's arguments; the reference applies the plan it is given.
 PLANNER: dict[str, str] = {
