@@ -432,6 +432,37 @@ def test_presets_table(spec_text: str) -> None:
     assert not problems, _report(problems)
 
 
+def duplicate_excerpts(text: str) -> list[str]:
+    seen: dict[tuple[str, str], int] = {}
+    for path, qual, _b in excerpts(text):
+        seen[(path, qual)] = seen.get((path, qual), 0) + 1
+    return [f"excerpt {p} {q} appears {n} times; show each definition once" for (p, q), n in seen.items() if n > 1]
+
+
+def conjunct_problems(text: str, conjuncts) -> list[str]:
+    """Each invariant's subsection of §Invariants writes every conjunct proofs/model.py gives it, by name."""
+    body = sections(text).get("Invariants", "")
+    subs = {t.strip("` "): b for t, b in sections("## Invariants\n" + body, 3).items()}
+    return [f"§Invariants: {c.inv} does not write the conjunct {c.name!r} of proofs/model.py"
+            for c in conjuncts if not re.search(rf"^{re.escape(c.name)}\b", subs.get(c.inv, ""), re.M)]
+
+
+def test_no_excerpt_twice(spec_text: str) -> None:
+    problems = duplicate_excerpts(spec_text)
+    assert not problems, _report(problems)
+    doc = _fence("pass", "<!-- excerpt: reference/bands.py Band -->")
+    assert duplicate_excerpts(doc + "\n" + doc)
+
+
+def test_invariants_written_as_the_model_conjuncts(spec_text: str) -> None:
+    model = pytest.importorskip("kvarena.proofs.model")
+    problems = conjunct_problems(spec_text, model.CONJUNCTS)
+    assert not problems, _report(problems)
+    planted = spec_text.replace("\npartition ", "\nseparation ", 1)
+    assert conjunct_problems(planted, model.CONJUNCTS) == [
+        "§Invariants: INV-NO-OVERLAP does not write the conjunct 'partition' of proofs/model.py"]
+
+
 def test_required_sections_in_order(spec_text: str) -> None:
     want = ["Diff against SGLang 0.5.23", "Notation", "Constants", "Layouts", "Configuration and refusals", "State",
             "Operations", "Admission ladder", "Policies", "Ledger", "Split-pool baseline", "Errors", "Invariants",
