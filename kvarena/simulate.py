@@ -18,15 +18,16 @@ from pathlib import Path
 
 from kvarena.simulator.budget import GiB, sglang_budget
 from kvarena.simulator.costmodel import CostModel
-from kvarena.simulator.engines import UNIFIED_POLICIES, smallest_capacity
+from kvarena.simulator.engines import ENGINES, UNIFIED_POLICIES, smallest_capacity
 from kvarena.simulator.report import SLO, Report, assumptions, comparison, format_table, report_json
 from kvarena.simulator.scheduler import SchedulerInvariantError, SchedulerModel
-from kvarena.simulator.simulation import configurations, simulate
+from kvarena.simulator.simulation import configurations, real_engines, simulate
 from kvarena.simulator.workloads import PRESET_WORKLOADS, Workload, lengths_from, trace_workload, workload
 from kvarena.spec.errors import ArenaError, CapacityTooSmallError
 from kvarena.spec.models import preset
 from kvarena.text import UsageError, check_run_flags, gib
 
+REAL_ENGINES = tuple(n for n, k in ENGINES.items() if k.real)
 RULES = {f.name: f for f in dataclasses.fields(SchedulerModel)
          if f.name not in ("check_every", "stall_steps", "forward_requests", "max_running")}
 
@@ -145,6 +146,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--jobs", type=int, default=1, metavar="N",
                    help="run a workload's configurations in N local processes (default 1; progress is per "
                         "workload then)")
+    p.add_argument("--engines", default="all", metavar="LIST",
+                   help="real engines to run beside kvarena's configurations: 'all' (default: every installed "
+                        f"one), 'none', or a comma list of {', '.join(REAL_ENGINES)}; a missing extra is skipped "
+                        "with one line saying how to add it")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=main)
 
@@ -209,6 +214,18 @@ def check_args(args: argparse.Namespace) -> None:
         raise UsageError(f"--jobs {args.jobs} must be >= 1 (processes on this machine)")
     if args.requests is not None and args.requests < 1:
         raise UsageError(f"--requests {args.requests} must be >= 1")
+    bad = [e for e in engines_wanted(args.engines) or () if e not in REAL_ENGINES]
+    if bad:
+        raise UsageError(f"--engines: unknown {', '.join(bad)}; choose from {', '.join(REAL_ENGINES)}, 'all' or 'none'")
+
+
+def engines_wanted(text: str) -> tuple[str, ...] | None:
+    """--engines as names (None: all)."""
+    if text == "all":
+        return None
+    if text == "none":
+        return ()
+    return tuple(x.strip() for x in text.split(",") if x.strip())
 
 
 def concurrencies(text: str | None) -> list[int]:
@@ -318,16 +335,20 @@ def main(args: argparse.Namespace) -> int:
         if unknown:
             raise UsageError(f"--policies: unknown {', '.join(unknown)}; choose from {', '.join(UNIFIED_POLICIES)} "
                              "or 'all'")
+        real, skipped = real_engines(engines_wanted(args.engines))
         for i, w in enumerate(loads):
             capacity, budget = budget_of(w, args)
             check_capacity(w, capacity, args)
             bar = None if args.quiet else ProgressBar(f"[{i + 1}/{len(loads)} {w.name}] ")
             rep = simulate(w, capacity, budget, args.page_size, args.seed, args.scale, args.ratio_sweep,
                            bool(args.plots), args.check_every, bar, policies, model, args.jobs,
-                           SLO(args.slo_ttft, None if args.slo_tpot is None else args.slo_tpot / 1e3))
+                           SLO(args.slo_ttft, None if args.slo_tpot is None else args.slo_tpot / 1e3),
+                           tuple(real), tuple(skipped))
             reports.append(rep)
             if not args.json:
                 if i == 0:
+                    for line in skipped:
+                        print(f"kvarena simulate: {line}")
                     print("kvarena simulate: assumptions")
                     for a in assumptions(args.page_size):
                         print(f"  - {a}")
@@ -346,7 +367,7 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError(str(e)) from None
     if args.json:
         print(json.dumps({"assumptions": assumptions(args.page_size), "seed": args.seed, "scale": args.scale,
-                          "rules": {k: getattr(model, k) for k in RULES},
+                          "rules": {k: getattr(model, k) for k in RULES}, "skipped_engines": skipped,
                           "workloads": [report_json(r) for r in reports]}, indent=2))
     return 0
 

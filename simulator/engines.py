@@ -54,6 +54,9 @@ class EngineKind:
     implementation: str  # what the numbers come from
     build: Callable[[ArenaConfig, str], Engine]  # (config, policy) -> allocator
     scheduler_overrides: dict[str, object] = field(default_factory=dict)
+    missing: Callable[[], str | None] = lambda: None  # None: can run; else the one line saying how to add it
+    real: bool = False  # another engine's own code (an optional extra), not kvarena's
+    unified: bool = False  # one byte arena (SGLang sizes the running cap over every byte)
 
 
 def _unified(cfg: ArenaConfig, policy: str) -> Engine:
@@ -64,13 +67,58 @@ def _unified(cfg: ArenaConfig, policy: str) -> Engine:
 # (reference/policy.py) runs as one more configuration.
 UNIFIED_POLICIES: tuple[str, ...] = ("default", *(n for n in POLICIES if n != "ladder"))
 
+def _sglang_split(cfg: ArenaConfig, _policy: str) -> Engine:
+    from kvarena.simulator.sglang_real import SGLangSplit
+
+    return SGLangSplit(cfg)
+
+
+def _sglang_unified(cfg: ArenaConfig, _policy: str) -> Engine:
+    from kvarena.simulator.sglang_real import SGLangUnified
+
+    return SGLangUnified(cfg)
+
+
+def _sglang_missing() -> str | None:
+    from kvarena.conformance.adapters.sglang import SGLangUnavailable, load_sglang
+
+    try:
+        load_sglang()
+    except SGLangUnavailable as e:
+        return f"{e} (then the sglang-0.5.23 columns run)"
+    return None
+
+
+def _vllm_real(cfg: ArenaConfig, _policy: str) -> Engine:
+    from kvarena.simulator.vllm_real import VllmReal
+
+    return VllmReal(cfg)
+
+
+def _vllm_missing() -> str | None:
+    from kvarena.conformance.adapters.vllm_load import VLLMUnavailable, load_vllm
+
+    try:
+        load_vllm()
+    except VLLMUnavailable as e:
+        return f"{e}: pip install --no-deps vllm==0.33.0 && pip install msgspec cbor2 regex (or make vllm)"
+    return None
+
+
+# vLLM frees skipped blocks every step (remove_skipped_blocks) and has no mamba tracking slots
+_VLLM_RULES: dict[str, object] = {"swa_eviction_interval": None, "state_slots": 1, "max_running": None,
+                                  "swa_admission": False}
+
 ENGINES: dict[str, EngineKind] = {
     "split": EngineKind("split", "kvarena-reference (split pools)", lambda cfg, _p: SplitPools(cfg)),
-    "unified": EngineKind("unified", "kvarena-reference", _unified),
-    # vLLM frees skipped blocks every step (remove_skipped_blocks) and has no mamba tracking slots
-    "vllm": EngineKind("vllm", "kvarena vLLM-style model", lambda cfg, _p: VllmPool(cfg),
-                       {"swa_eviction_interval": None, "state_slots": 1, "max_running": None,
-                        "swa_admission": False}),
+    "unified": EngineKind("unified", "kvarena-reference", _unified, unified=True),
+    "vllm": EngineKind("vllm", "kvarena vLLM-style model", lambda cfg, _p: VllmPool(cfg), _VLLM_RULES),
+    # the real engines (optional extras): SGLang's own allocators, at SGLang's rules
+    "sglang-split": EngineKind("sglang-split", "sglang-0.5.23 (split pools)", _sglang_split,
+                               missing=_sglang_missing, real=True),
+    "vllm-real": EngineKind("vllm-real", "vllm-0.33.0", _vllm_real, _VLLM_RULES, missing=_vllm_missing, real=True),
+    "sglang-unified": EngineKind("sglang-unified", "sglang-0.5.23", _sglang_unified, missing=_sglang_missing,
+                                 real=True, unified=True),
 }
 
 

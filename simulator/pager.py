@@ -80,7 +80,11 @@ class Pager:
             out.update(dict.fromkeys(self.state, self.state_slots))
         return out
 
-    def admit(self, rid: int, tokens: int, transient: bool = False) -> None:
+    def admit(self, rid: int, tokens: int, transient: bool = False, request: tuple[int, int] | None = None) -> None:
+        """Admit ``rid`` holding ``tokens``; ``request`` = (prompt, max new tokens) for an engine that builds
+        its own request object (``describe``: the vLLM manager counts tokens, not pages)."""
+        if request is not None and hasattr(self.alloc, "describe"):
+            self.alloc.describe(f"r{rid}", *request)
         got = self.alloc.admit(f"r{rid}", self._chunk_demand(0, tokens, transient, True)).pages
         self.vids[rid] = {c: list(got.get(c, ())) for c in self.alloc.order}
 

@@ -102,6 +102,7 @@ class Report:
     regions: dict[str, tuple[int, int]]
     vllm: dict[str, object]
     sweep_labels: set[str] = field(default_factory=set)
+    skipped: list[str] = field(default_factory=list)  # real engines not installed: how to add each
 
     def sweep(self) -> list[Outcome]:
         return [o for o in self.outcomes if o.config in self.sweep_labels]
@@ -153,7 +154,13 @@ def comparison(rep: Report) -> dict | None:
     if p.metric == "ratio_throughput":
         ours_split = splits[1].throughput_tok_s / splits[0].throughput_tok_s
         ours_uni = unis[1].throughput_tok_s / unis[0].throughput_tok_s
+        by = {}
+        for kind in dict.fromkeys(o.kind for o in rep.main()):
+            pair = [o for o in rep.main() if o.kind == kind and "[" not in o.config]
+            if len(pair) == 2:
+                by[pair[0].config.split(" (")[0]] = pair[1].throughput_tok_s / pair[0].throughput_tok_s
         return {"metric": p.metric, "published": p.text, "split": ours_split, "unified": ours_uni,
+                "by_configuration": by,
                 "ratio": ours_split, "published_ratio": p.split, "agrees": (ours_split < 1) == (p.split < 1),
                 "within_25pct": abs(ours_split / p.split - 1) <= 0.25}
     get: Callable[[Outcome], float] = {
@@ -161,6 +168,7 @@ def comparison(rep: Report) -> dict | None:
         "mean_active": lambda o: o.mean_active, "retractions_per_1k": lambda o: o.retractions_per_1k,
         "ttft_p50": lambda o: o.ttft_p50_s}[p.metric]
     u, s = get(unis[0]), get(splits[0])
+    every = {o.config: get(o) for o in rep.main()}  # the real engines' values beside kvarena's
     ratio = u / s if s else (float("inf") if u else 1.0)
     published_ratio = p.unified / p.split if p.unified and p.split else 1.0
     if p.unified is None or p.split is None:  # published parity
@@ -169,7 +177,8 @@ def comparison(rep: Report) -> dict | None:
         agree = u != s and (u > s) == (p.unified > p.split)
     return {"metric": p.metric, "published": p.text, "unified": u, "split": s, "ratio": ratio,
             "published_ratio": published_ratio, "agrees": agree,
-            "within_25pct": abs(ratio / published_ratio - 1) <= 0.25 if ratio != float("inf") else False}
+            "within_25pct": abs(ratio / published_ratio - 1) <= 0.25 if ratio != float("inf") else False,
+            "by_configuration": every}
 
 
 def assumptions(page_size: int) -> list[str]:

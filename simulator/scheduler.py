@@ -61,6 +61,10 @@ class SchedulerModel:
     max_running: int | None = None  # running-request cap (rules.max_running_requests / mamba_max_running)
     forward_requests: int = 4  # requests whose pages a forward pass holds in the ledger
     check_every: int = 200  # steps between full invariant checks (O(arena) each); 0: at the end only
+    # the idle-time flush (Arena.flush_idle, SGLang's flush_opportunistic from Scheduler.on_idle,
+    # srt/managers/scheduler.py:5277): bytes it may move per step, when at most idle_flush_running requests run
+    idle_flush_bytes: int | None = 1 << 30  # None: never
+    idle_flush_running: int = 0  # 0: only when fully idle, as SGLang's on_idle
     stall_steps: int = 50_000  # steps without a completion that mean the model livelocked
 
 
@@ -70,7 +74,7 @@ SIMPLE = SchedulerModel(prefill_chunk=None, mixed_chunk=True, transient_window=F
                         new_token_ratio=(0.7, 0.1, 0.001), ratio_after_retract="reset", decay_on_decode_only=False,
                         reset_ratio_when_idle=False, ignore_eos_at_one=False, new_request_in_full=False,
                         retraction="newest", check_decode_mem=False, clip_new_tokens=None, state_slots=1,
-                        swa_admission=False, evict_before_alloc=False)
+                        swa_admission=False, evict_before_alloc=False, idle_flush_bytes=None)
 
 
 class SchedulerInvariantError(Exception):
@@ -372,7 +376,7 @@ class Scheduler:
         while True:
             target = r.done + c
             if first:
-                ops = self.with_wait(lambda t=target: pg.admit(r.rid, t, m.transient_window) or 1)
+                ops = self.with_wait(lambda t=target: pg.admit(r.rid, t, m.transient_window, (r.input, r.cap)) or 1)
             else:
                 ops = self.with_wait(lambda t=target: pg.extend_to(r.rid, t, m.transient_window) or 1)
             if ops is not None:
@@ -532,6 +536,9 @@ class Scheduler:
         # last step's forward ran while this step's frees and moves were planned (an overlap
         # scheduler): it lets go of its pages only now, so pages it held were withheld meanwhile
         self.settle()
+        if m.idle_flush_bytes is not None and len(self.active) <= m.idle_flush_running \
+                and hasattr(self.alloc, "flush_idle"):  # between steps: no forward holds pages now
+            self.alloc.flush_idle(m.idle_flush_bytes)
         if self.pool:
             self.forward()
         self.advance(n_dec, ctx)

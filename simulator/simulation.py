@@ -36,16 +36,37 @@ class Configuration:
     mamba_ratio: float = DEFAULT_MAMBA_FULL_MEMORY_RATIO
     sweep: bool = False  # part of --ratio-sweep (reported in the sweep table)
 
-    def config(self, model: str, capacity: int, page_size: int, context: int) -> ArenaConfig:
-        return ArenaConfig(preset(model), capacity, page_size, self.swa_ratio, self.mamba_ratio, context)
+    def config(self, model: str, capacity: int, page_size: int, context: int, slots: int = 1) -> ArenaConfig:
+        """``slots``: recurrent slots a running request holds (ArenaConfig.recurrent_slots; 3 in extra_buffer)."""
+        return ArenaConfig(preset(model), capacity, page_size, self.swa_ratio, self.mamba_ratio, context,
+                           recurrent_slots=slots)
 
-    def build(self, model: str, capacity: int, page_size: int, context: int) -> Engine:
-        return ENGINES[self.kind].build(self.config(model, capacity, page_size, context), self.policy)
+    def build(self, model: str, capacity: int, page_size: int, context: int, slots: int = 1) -> Engine:
+        return ENGINES[self.kind].build(self.config(model, capacity, page_size, context, slots), self.policy)
 
 
-def configurations(w: Workload, sweep: bool = False, policies: tuple[str, ...] = DEFAULT_POLICIES
-                   ) -> list[Configuration]:
-    """Split pools and the unified arena (each policy) at each of the workload's ratios, then vLLM."""
+def real_engines(wanted: tuple[str, ...] | None = None) -> tuple[list[str], list[str]]:
+    """The real engines (``EngineKind.real``) to run: those of ``wanted`` (None: every one) whose extra is
+    installed, and one line per missing one saying how to add it."""
+    run, skipped = [], []
+    for name, k in ENGINES.items():
+        if not k.real or (wanted is not None and name not in wanted):
+            continue
+        why = k.missing()
+        if why is None:
+            run.append(name)
+        else:
+            skipped.append(f"{k.implementation} column skipped: {why}")
+    return run, skipped
+
+
+REAL_LABELS = {"sglang-split": "SGLang split pools", "sglang-unified": "SGLang unified", "vllm-real": "vLLM v1"}
+
+
+def configurations(w: Workload, sweep: bool = False, policies: tuple[str, ...] = DEFAULT_POLICIES,
+                   real: tuple[str, ...] = ()) -> list[Configuration]:
+    """Split pools and the unified arena (each policy) at each of the workload's ratios, then vLLM; the
+    ``real`` engines (names of ``ENGINES``) beside the kvarena configuration they stand for."""
     out: list[Configuration] = []
     many = len(w.swa_ratios) > 1
     for r in w.swa_ratios:
@@ -54,7 +75,9 @@ def configurations(w: Workload, sweep: bool = False, policies: tuple[str, ...] =
         for name in policies:
             pol = "" if name == "default" else f" [{name}]"
             out.append(Configuration(f"unified arena{pol}{tag}", "unified", name, swa_ratio=r))
+        out += [Configuration(f"{REAL_LABELS[k]}{tag}", k, swa_ratio=r) for k in real if k.startswith("sglang")]
     out.append(Configuration("vLLM-style pool", "vllm"))
+    out += [Configuration(REAL_LABELS[k], k) for k in real if not k.startswith("sglang")]
     if sweep:
         kinds = {c.kind for c in preset(w.model).classes}
         if Kind.WINDOW in kinds:
@@ -86,7 +109,7 @@ def running_cap(cfg: ArenaConfig, tracking_slots: int, unified: bool = False) ->
 
 def engine_model(base: SchedulerModel, c: Configuration, cfg: ArenaConfig) -> SchedulerModel:
     """The scheduler rules for one configuration: SGLang's, with the engine's own overrides."""
-    model = replace(base, max_running=running_cap(cfg, base.state_slots - 1, c.kind == "unified"))
+    model = replace(base, max_running=running_cap(cfg, base.state_slots - 1, ENGINES[c.kind].unified))
     return replace(model, **ENGINES[c.kind].scheduler_overrides)
 
 
@@ -110,7 +133,8 @@ def run_configuration(job: _Job, progress: Callable[[str, int, int, int, int], N
                       ) -> tuple[Outcome, dict[str, object]]:
     """Run one configuration; returns its outcome and, for the vLLM model, its page geometry."""
     w, c = job.w, job.c
-    alloc = c.build(w.model, job.capacity, job.page_size, job.context)
+    slots = int(ENGINES[c.kind].scheduler_overrides.get("state_slots", job.base.state_slots))  # type: ignore[call-overload]
+    alloc = c.build(w.model, job.capacity, job.page_size, job.context, slots)
     info: dict[str, object] = {}
     if isinstance(alloc, VllmPool):
         g = alloc.geometry
@@ -128,7 +152,8 @@ def simulate(w: Workload, capacity: int, budget: str, page_size: int = 64, seed:
              sweep: bool = False, plots: bool = False, check_every: int = 0,
              progress: Callable[[str, int, int, int, int], None] | None = None,
              policies: tuple[str, ...] = DEFAULT_POLICIES, model: SchedulerModel | None = None,
-             jobs: int = 1, slo: SLO | None = None) -> Report:
+             jobs: int = 1, slo: SLO | None = None, real: tuple[str, ...] = (), skipped: tuple[str, ...] = ()
+             ) -> Report:
     """Every configuration of ``w`` at ``capacity`` bytes; ``jobs`` > 1 runs them in that many local
     processes (each run is deterministic and independent, so the report is the same)."""
     context = w.max_context()
@@ -136,7 +161,7 @@ def simulate(w: Workload, capacity: int, budget: str, page_size: int = 64, seed:
     if not any(c.kind is Kind.RECURRENT for c in preset(w.model).classes):
         base = replace(base, state_slots=1)
     work = [_Job(w, c, capacity, page_size, context, seed, scale, plots, base, slo)
-            for c in configurations(w, sweep, policies)]
+            for c in configurations(w, sweep, policies, real)]
     if jobs > 1 and len(work) > 1:
         from concurrent.futures import ProcessPoolExecutor
 
@@ -148,4 +173,5 @@ def simulate(w: Workload, capacity: int, budget: str, page_size: int = 64, seed:
     vllm_info = next((info for _, info in done if info), {})
     regions = split_regions(ArenaConfig(preset(w.model), capacity, page_size, max_context_len=context))
     sweep_labels = {c.label for c in configurations(w, True, policies) if c.sweep}
-    return Report(w, capacity, budget, context, page_size, outcomes, regions, vllm_info, sweep_labels)
+    return Report(w, capacity, budget, context, page_size, outcomes, regions, vllm_info, sweep_labels,
+                  list(skipped))

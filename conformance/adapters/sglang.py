@@ -467,7 +467,11 @@ class SGLangArena:
     """kvarena's adapter protocol over SGLang's ``UnifiedKVPool`` + ``MultiEndedAllocator`` chain."""
 
     def __init__(self, config: ArenaConfig, *, lazy: bool = True, strict_floor: bool = True,
-                 forward_double_free: bool = False, skip_zero_cap: bool = True) -> None:
+                 forward_double_free: bool = False, skip_zero_cap: bool = True, device: str = "cpu",
+                 own_grid: bool = False) -> None:
+        # device: where SGLang's byte buffer lives ("meta" for the simulator: sizes without the bytes).
+        # own_grid (the simulator): SGLang gets capacity + its own sink floor (256-B aligned) and keeps its own
+        # page grids (slot = page - min_page_index), instead of kvarena's grids behind an lcm-of-pages shift
         config.validate()  # kvarena's ConfigError refusals (a page size of 0, ...) come before SGLang's asserts
         sg = load_sglang()
         self.sg = sg
@@ -497,7 +501,7 @@ class SGLangArena:
                 raise ConfigError(f"SGLang's {c} entry is {s.entry_bytes()} B, kvarena's {self.entry_bytes[c]} B")
         floor = ump._reserved_floor_bytes(list(specs.values()), ps)
         lcm = math.lcm(*self.page_bytes.values())
-        self.shift_bytes = -(-floor // lcm) * lcm
+        self.shift_bytes = -(-floor // 256) * 256 if own_grid else -(-floor // lcm) * lcm
         self.shift = {c: self.shift_bytes // p for c, p in self.page_bytes.items()}
         total = config.capacity + self.shift_bytes
         try:
@@ -508,7 +512,7 @@ class SGLangArena:
         if strict_floor:
             _strict_floor(config)
         try:
-            self.pool = ump.UnifiedKVPool(total_bytes=total, sub_pool_specs=list(specs.values()), device="cpu",
+            self.pool = ump.UnifiedKVPool(total_bytes=total, sub_pool_specs=list(specs.values()), device=device,
                                           enable_memory_saver=False, page_size=ps)
         except RuntimeError as e:
             if "leaves no room for real data" not in str(e):
@@ -529,7 +533,9 @@ class SGLangArena:
                 a = usp.MultiEndedAllocator(**kw, lazy_compaction=lazy)
             # SGLang's UnifiedMHA/MLA pools zero page envelopes on hand-out (their isinstance test in __init__)
             a._zero_pages_on_alloc = self.kind[c] is not Kind.RECURRENT
-            if a.num_pages - self.shift[c] != self.geo.top[c] or a.min_page_index != self.shift[c]:
+            if own_grid:
+                self.shift[c] = a.min_page_index
+            elif a.num_pages - self.shift[c] != self.geo.top[c] or a.min_page_index != self.shift[c]:
                 raise ConfigError(f"{c}: SGLang's pages [{a.min_page_index}, {a.num_pages}) do not map onto kvarena's "
                                   f"[0, {self.geo.top[c]}) with a shift of {self.shift[c]} pages")
             self.allocs[c] = a

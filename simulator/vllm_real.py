@@ -1,0 +1,255 @@
+"""vLLM 0.33.0's real v1 KV cache manager as a simulator engine, on CPU.
+
+What runs is vLLM's own code from the installed wheel (``conformance/adapters/vllm_load.py`` lists every
+module that loads for real and every ``sys.modules`` stand-in, with why it is never executed):
+``KVCacheManager.allocate_slots`` / ``free`` / ``pop_blocks_for_free``, the coordinator vLLM picks
+(``HybridKVCacheCoordinator`` for these models), the per-type managers (``FullAttentionManager``,
+``SlidingWindowManager`` with its ``remove_skipped_blocks``, ``MambaManager``) and ``BlockPool``. The
+configuration is vLLM's own planning: one kv cache spec per layer (``conformance/adapters/vllm.py``
+``kv_cache_specs``) -> ``get_kv_cache_groups`` -> ``get_kv_cache_config_from_groups`` with the budget's
+bytes as available memory (vLLM divides them into blocks) -> ``resolve_kv_cache_block_sizes``. No KV tensor
+is allocated: the manager hands out block ids only.
+
+Block size: with recurrent layers vLLM's ``_align_hybrid_block_size`` arithmetic over a 16-token kernel
+block (``hybrid_block_size``: 528 tokens on Qwen3.5-4B); without, the simulator's page size (``--page-size``,
+i.e. ``--block-size 64``; vLLM's CUDA default is 16, 4x the scheduler steps to simulate). Prefix caching is
+off (the simulated traffic shares no prefix; mamba cache mode "none": one state block per request).
+
+How the scheduler's page API maps onto a manager that speaks tokens:
+
+- ``describe(owner, prompt, max_tokens)`` (the pager calls it before ``admit``) builds the real ``Request``;
+- ``admit`` / ``extend`` with ``n`` full-attention pages call ``allocate_slots(request, n x block)``: the
+  request's computed tokens then end on a block boundary, so vLLM allocates exactly ``n`` blocks per
+  full-attention group, the sliding-window blocks its own rule needs (it frees out-of-window blocks itself,
+  in ``remove_skipped_blocks``) and its state block. The window and state demands of the pager are vLLM's
+  business: only full-attention pages come back (one logical page = that block in every full group);
+- ``free`` is ``_free_request_blocks``: ``free`` at once, or, while an in-flight forward (a ledger user)
+  holds one of its pages, ``pop_blocks_for_free`` and the blocks' ``free_blocks`` at that user's release;
+- ``fits`` counts blocks as vLLM's scheduler would (pages x groups per class against
+  ``get_num_free_blocks``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from types import SimpleNamespace
+from typing import Any
+
+from kvarena.reference.arena import Stats
+from kvarena.spec.errors import (
+    AdmissionRejectedError,
+    CapacityTooSmallError,
+    DuplicateOwnerError,
+    InvariantViolation,
+    ReleaseWithoutAcquireError,
+    UnknownOwnerError,
+)
+from kvarena.spec.layout import Kind
+from kvarena.spec.models import ArenaConfig, chain
+
+KERNEL_BLOCK = 16  # FlashAttention's kernel block: the base of vLLM's hybrid block alignment
+
+
+def plan(config: ArenaConfig) -> Any:
+    """vLLM's planning for ``config``'s model and budget: (kv cache config, scheduler block, hash block, groups
+    per class, bytes per block)."""
+    from kvarena.conformance.adapters.vllm import LAYOUT, hybrid_block_size, kv_cache_specs, load_vllm, vllm_config
+
+    V = load_vllm()
+    spec = config.model
+    has_state = any(c.kind is Kind.RECURRENT for c in spec.classes)
+    block = hybrid_block_size(spec, KERNEL_BLOCK) if has_state else config.page_size
+    cfg = vllm_config(block, mamba_cache_mode="none", enable_prefix_caching=False, num_blocks=None)
+    layer_specs = kv_cache_specs(spec, block, config.context_len, "none")
+    groups = V.planning.get_kv_cache_groups(cfg, layer_specs)
+    V.planning._check_exact_partition(groups, layer_specs)
+    per_block = V.planning._get_kv_cache_bytes_per_block(groups, V.layout.KVCacheLayout[LAYOUT])
+    kv = V.planning.get_kv_cache_config_from_groups(cfg, groups, config.capacity)
+    sched_bs, hash_bs = V.utils.resolve_kv_cache_block_sizes(kv, cfg)
+    per_class: Counter[str] = Counter()
+    for g in kv.kv_cache_groups:
+        per_class[g.layer_names[0].rsplit(".", 1)[1]] += 1
+    return SimpleNamespace(config=kv, scheduler_block=sched_bs, hash_block=hash_bs, groups=dict(per_class),
+                           bytes_per_block=per_block, block=block)
+
+
+class _Sampling(SimpleNamespace):
+    """What ``Request.__init__`` reads of a ``SamplingParams`` (conformance/adapters/vllm.py ``Sampling``)."""
+
+
+class VllmReal:
+    """vLLM's ``KVCacheManager`` behind the simulator's engine interface."""
+
+    ANCHORED_ENDS = False
+
+    def __init__(self, config: ArenaConfig) -> None:
+        from kvarena.conformance.adapters.vllm import Sampling, load_vllm
+
+        config.validate()
+        self.V = V = load_vllm()
+        logging.getLogger("vllm").setLevel(logging.ERROR)
+        self.config = config
+        self.capacity = config.capacity
+        self.order = [c.name for c in chain(config.model)]
+        self.kind = {c.name: c.kind for c in config.model.classes}
+        self.full = next(c for c, k in self.kind.items() if k is Kind.FULL)
+        self.plan = p = plan(config)
+        # tokens per block of the attention groups (resolve_kv_cache_block_sizes' scheduler block is the lcm with
+        # the state groups' max_model_len-token blocks: a prefix-cache granule, not an allocation unit)
+        self.page_tokens = p.block
+        self.groups = {c: p.groups.get(c, 0) for c in self.order}
+        self.page_bytes = p.bytes_per_block
+        self.num_blocks = p.config.num_blocks
+        worst = self._blocks_for(config.context_len)
+        if worst > self.num_blocks - 1:
+            raise CapacityTooSmallError(f"vLLM's pool of {self.num_blocks} blocks of {p.bytes_per_block} B cannot hold "
+                                        f"one request of {config.context_len} tokens ({worst} blocks)")
+        self.manager = V.manager.KVCacheManager(p.config, max_model_len=config.context_len,
+                                                scheduler_block_size=p.scheduler_block, hash_block_size=p.hash_block,
+                                                enable_caching=False)
+        self._sampling = Sampling
+        self._status = V.request.RequestStatus
+        self.requests: dict[str, Any] = {}
+        self.pending: dict[str, tuple[int, int]] = {}  # owner -> (prompt, max tokens), before its admit
+        self.owners: dict[str, list[int]] = {}  # owner -> its full-attention logical pages
+        self.owner_of: dict[int, str] = {}
+        self.users: dict[str, set[str]] = {}  # ledger user -> owners whose pages it holds
+        self.held: Counter[str] = Counter()  # owner -> live users holding it
+        self.deferred: dict[str, list[Any]] = {}  # freed owner -> blocks popped, freed when no user holds it
+        self._ids = itertools.count()
+        self.stats = Stats()
+
+    # -- sizes ----------------------------------------------------------------------------------
+    def _blocks_for(self, tokens: int) -> int:
+        full = -(-tokens // self.page_tokens)
+        out = 0
+        for c in self.config.model.classes:
+            g = self.groups[c.name]
+            if c.kind is Kind.FULL:
+                out += g * full
+            elif c.kind is Kind.WINDOW:
+                out += g * min(full, -(-c.window // self.page_tokens) + 1)
+            else:
+                out += g
+        return out
+
+    def page_bytes_of(self, cls: str) -> int:
+        return max(1, self.groups[cls]) * self.page_bytes
+
+    def free_blocks(self) -> int:
+        return self.manager.block_pool.get_num_free_blocks()
+
+    def fits(self, demand: Mapping[str, int], reserve_full_pages: int) -> bool:
+        need = sum(n * self.groups[c] for c, n in demand.items()) + reserve_full_pages * self.groups[self.full]
+        return need <= self.free_blocks()
+
+    def used_bytes(self) -> int:
+        return (self.num_blocks - 1 - self.free_blocks()) * self.page_bytes  # block 0 is vLLM's null block
+
+    def occupancy(self) -> dict[str, int]:
+        out = Counter()
+        for mgr in self.manager.coordinator.single_type_managers:
+            name = self.plan.config.kv_cache_groups[mgr.kv_cache_group_id].layer_names[0].rsplit(".", 1)[1]
+            out[name] += sum(1 for bs in mgr.req_to_blocks.values() for b in bs if not b.is_null) * self.page_bytes
+        return {c: out[c] for c in self.order}
+
+    # -- requests -------------------------------------------------------------------------------
+    def describe(self, owner: str, prompt_tokens: int, max_tokens: int) -> None:
+        self.pending[owner] = (prompt_tokens, max_tokens)
+
+    def admit(self, owner: str, demand: Mapping[str, int], shared: Sequence[int] = ()) -> SimpleNamespace:
+        if owner in self.owners:
+            raise DuplicateOwnerError(f"owner {owner!r} is already admitted")
+        prompt, max_tokens = self.pending.get(owner, (demand.get(self.full, 0) * self.page_tokens, 1))
+        req = self.V.request.Request(owner, [0] * max(1, prompt), self._sampling(max(1, max_tokens)), None)
+        got = self._allocate(req, demand.get(self.full, 0), waiting=True)
+        self.pending.pop(owner, None)
+        req.status = self._status.RUNNING
+        self.requests[owner] = req
+        self.owners[owner] = []
+        self._bind(owner, got)
+        self.stats.admitted += 1
+        return SimpleNamespace(pages={self.full: tuple(got)} if got else {})
+
+    def _allocate(self, req: Any, pages: int, waiting: bool) -> list[int]:
+        n = pages * self.page_tokens
+        if n == 0:
+            return []
+        if req.num_computed_tokens + n > req.num_tokens:  # decode: the tokens it will write are its output
+            req.append_output_token_ids([0] * (req.num_computed_tokens + n - req.num_tokens))
+        blocks = self.manager.allocate_slots(req, n, has_scheduled_reqs=bool(self.requests) and waiting)
+        if blocks is None:
+            raise AdmissionRejectedError(f"vLLM's allocate_slots refused {n} tokens ({self.free_blocks()} free "
+                                         "blocks)", {self.full: pages}, pages * self.page_bytes_of(self.full))
+        req.num_computed_tokens += n
+        self.stats.rung_used[1] += 1
+        self.stats.pages_placed += sum(len(g) for g in blocks.blocks)
+        return [next(self._ids) for _ in range(pages)]
+
+    def _bind(self, owner: str, vids: list[int]) -> None:
+        self.owners[owner] += vids
+        for v in vids:
+            self.owner_of[v] = owner
+
+    def _owner(self, owner: str) -> Any:
+        try:
+            return self.requests[owner]
+        except KeyError:
+            raise UnknownOwnerError(f"owner {owner!r} holds no blocks; admit it first") from None
+
+    def extend(self, owner: str, demand: Mapping[str, int]) -> SimpleNamespace:
+        req = self._owner(owner)
+        got = self._allocate(req, demand.get(self.full, 0), waiting=False)
+        self._bind(owner, got)
+        return SimpleNamespace(pages={self.full: tuple(got)} if got else {})
+
+    def slide(self, owner: str, cls: str, n: int) -> list[int]:
+        self._owner(owner)
+        return []  # vLLM frees out-of-window blocks itself (remove_skipped_blocks in allocate_slots)
+
+    def free(self, owner: str) -> list[int]:
+        req = self._owner(owner)
+        del self.requests[owner]
+        vids = self.owners.pop(owner)
+        for v in vids:
+            del self.owner_of[v]
+        if self.held[owner]:  # _free_request_blocks with defer_block_free: the in-flight step still reads them
+            self.deferred[owner] = list(self.manager.pop_blocks_for_free(req))
+        else:
+            self.manager.free(req)
+        return vids
+
+    # -- ledger ---------------------------------------------------------------------------------
+    def acquire(self, user: str, kind: Any, vids: Sequence[int]) -> None:
+        owners = {self.owner_of[v] for v in vids if v in self.owner_of}
+        self.users[user] = owners
+        for o in owners:
+            self.held[o] += 1
+
+    def release(self, user: str) -> None:
+        owners = self.users.pop(user, None)
+        if owners is None:
+            raise ReleaseWithoutAcquireError(f"release({user!r}): no such live ledger user")
+        for o in owners:
+            self.held[o] -= 1
+            if not self.held[o]:
+                del self.held[o]
+                blocks = self.deferred.pop(o, None)
+                if blocks:
+                    self.manager.block_pool.free_blocks(reversed(blocks))
+
+    def check_invariants(self) -> None:
+        """Block conservation: free + in block tables + popped for a deferred free = every block but the null one;
+        no block in two tables."""
+        seen: list[int] = []
+        for mgr in self.manager.coordinator.single_type_managers:
+            seen += [b.block_id for bs in mgr.req_to_blocks.values() for b in bs if not b.is_null]
+        seen += [b.block_id for bs in self.deferred.values() for b in bs]
+        if len(set(seen)) != len(seen):
+            raise InvariantViolation("INV-VMAP-BIJECTIVE", "a vLLM block is in two block tables")
+        if len(seen) + self.free_blocks() != self.num_blocks - 1:
+            raise InvariantViolation("INV-BYTE-CONSERVATION", f"{len(seen)} used + {self.free_blocks()} free blocks "
+                                     f"!= {self.num_blocks - 1}")
