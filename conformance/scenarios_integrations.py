@@ -159,17 +159,24 @@ def overlap(c: Conductor, rng: random.Random) -> None:
 def radix(c: Conductor, rng: random.Random) -> None:
     """The radix (prefix) cache: a finished request's KV pages are inserted into the cache (``share`` with the
     cache owner) and the request freed; a prefix hit admits with those pages shared. Recurrent state is never
-    shared: the cache keeps a copy (``copy_state``) where the reference has it. When an admission is rejected the
-    caller evicts cache-only pages (pages no request holds) and retries."""
+    shared (refused): the cache keeps a copy (``copy_state``) and a hit forks it into the request's own slot. When
+    an admission is rejected the caller evicts cache-only pages (pages no request holds) and retries."""
     copy = "copy_state" in OPS  # spec §Integrations: without copy_state the cache holds KV pages only
     r1, e1 = admit(c, "r", {"state": 1, "window": 2, "full": 3})
     for h in pages(c, r1):
         put(c, h)
     ok(c, "cache inserts r1's KV prefix", "share", owner=CACHE, pages=e1.pages["full"] + e1.pages["window"])
+    cached_state = None
     if copy:
-        ok(c, "cache copies r1's state", "copy_state", owner=CACHE, page=e1.pages["state"][0])
+        cp = ok(c, "cache copies r1's state", "copy_state", owner=CACHE, page=e1.pages["state"][0])
+        cached_state = next(h for hs in (cp.pages or {}).values() for h in hs)
     ok(c, "r1 finishes", "free", owner=r1)
-    r2, _ = admit(c, "r", {"state": 1, "window": 1, "full": 1}, shared=e1.pages["full"][:2])
+    r2, _ = admit(c, "r", {"window": 1, "full": 1} if copy else {"state": 1, "window": 1, "full": 1},
+                  shared=e1.pages["full"][:2])
+    if cached_state is not None:
+        ok(c, "the hit forks the cached state into r2's own slot", "copy_state", owner=r2, page=cached_state)
+        for row in range(c.geo.rows["state"]):
+            c.run("read", page=pages(c, r2, "state")[0], entry=0, row=row)
     refused(c, "DoubleFree", "a request cannot drop the cache's page it does not hold", "drop", owner=r2,
             pages=e1.pages["full"][2:])
     for h in pages(c, r2):
@@ -307,8 +314,8 @@ def spec_decode(c: Conductor, rng: random.Random) -> None:
     ok(c, "prefill done", "release", user="prefill.w")
     r2, e2 = admit(c, "r", {"window": 1, "full": 1})
     put(c, e2.pages["full"][0], rows=target + draft)
-    for rnd, accepted in enumerate((3, 0, 1)):
-        k = 2  # speculated tokens per round at page_size 2: one new page per round
+    k = 2  # tokens speculated per round: at page_size 2, one new page per round
+    for rnd, accepted in enumerate((2, 0, 1)):  # of the k; a page of only rejected tokens is given back
         ext = ok(c, f"round {rnd}: room for {k} draft tokens", "extend", owner=r1, demand={"full": 1})
         new = ext.pages["full"]
         ok(c, f"round {rnd}: draft forward", "acquire", user=f"draft{rnd}", kind="forward_write", pages=new)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from kvarena.conformance.harness import OPS
 from kvarena.conformance.scenarios import VECTORS
 from kvarena.conformance.scenarios_integrations import INTEGRATIONS, SGLANG_EXPECTED, Integration
 from kvarena.conformance.vectors import VECTOR_DIR, load, replay
@@ -107,6 +108,7 @@ def test_integration_vectors_issue_the_operations_they_are_about() -> None:
         ops[i.name] = {(s["op"], s["args"].get("kind")) for s in steps}
     assert {("acquire", "forward_write"), ("acquire", "forward_read"), ("free", None)} <= ops["overlap"]
     assert {("share", None), ("drop", None)} <= ops["radix"]
+    assert ("copy_state" in OPS) == (("copy_state", None) in ops["radix"])  # state is copied, never shared
     assert {("acquire", "host_save"), ("acquire", "host_load")} <= ops["hicache"]
     assert {("acquire", "net_send"), ("acquire", "net_recv")} <= ops["pd"]
     assert ("drop", None) in ops["spec-decode"] and ("acquire", "host_save") in ops["preemption"]
