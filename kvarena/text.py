@@ -118,10 +118,16 @@ def _cell(x: object) -> str:
 
 def check_model(name: str, toys: bool = False) -> None:
     """A model preset name (``kvarena models`` lists them), or one line naming the presets."""
-    from kvarena.spec.models import PRESETS, TOY_MODELS
+    from kvarena.spec.errors import ArenaError
+    from kvarena.spec.models import PRESETS, REFUSED_MODELS, TOY_MODELS, validate_model
 
     if name in PRESETS or (toys and name in TOY_MODELS):
         return
+    if name in REFUSED_MODELS:  # a named model the arena refuses: say why (spec §Integrations)
+        try:
+            validate_model(REFUSED_MODELS[name]())
+        except ArenaError as e:
+            raise UsageError(str(e)) from None
     hint = f" (toy geometries for tests: {', '.join(TOY_MODELS)})" if toys else ""
     raise UsageError(f"unknown model {name!r}; the presets are {', '.join(PRESETS)}{hint}")
 

@@ -181,3 +181,14 @@ def test_full_attention_only_is_refused() -> None:
     with pytest.raises(ConfigError, match="plain paged pool"):
         Arena(ArenaConfig(preset("toy-full-only"), 1 << 16, page_size=2))
     assert not set(REFUSED_MODELS) & (set(PRESETS) | set(TOY_MODELS))
+
+
+def test_the_cli_names_the_reason_for_a_refused_model() -> None:
+    from kvarena.text import UsageError, check_model
+
+    for name, words in (("deepseek-v4", "DeepSeek-V4 excluded"), ("toy-mla-swa", "MLA latent rows"),
+                        ("toy-full-only", "plain paged pool")):
+        with pytest.raises(UsageError, match=words):
+            check_model(name, toys=True)
+    check_model("gpt-oss-20b-eagle3")
+    check_model("toy-dsa", toys=True)
