@@ -17,7 +17,7 @@ TRANSITION_NAMES = ("init", "admit", "extend", "share", "slide", "free", "acquir
                     "compact", "relayout_grow", "relayout_move", "relayout_trim", "absorb")
 
 EPILOG = """\
-what it proves (spec/arena.md §Proofs):
+what it proves (proofs/README.md):
   Init ⇒ ID and  Inv ∧ T ⇒ ID'  for every invariant ID and every transition T of the symbolic model
   (proofs/model.py, proofs/transitions.py): one Z3 query per (case of T, conjunct of ID), each with a
   timeout; 'unknown' is a failure, never a pass. Then, per obligation:

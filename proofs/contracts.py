@@ -1,4 +1,4 @@
-"""PEP 316 contracts on the reference's pure helpers, checked by CrossHair (spec/arena.md §Proofs).
+"""PEP 316 contracts on the reference's pure helpers, checked by CrossHair (proofs/README.md).
 
 The contracts live in the helpers' docstrings (``pre:`` / ``post:``), next to the code they describe:
 

@@ -40,7 +40,7 @@ WITNESS_CONFIG = {"capacity": 2048, "page_size": 4, "max_context_len": 8, "model
 WITNESS_DOMAIN = {"band": range(3), "slot": range(10), "vid": range(8), "owner": range(3), "user": range(3),
                   "entry": range(5), "row": range(5)}
 PROOF_BOUND = "chain of 3 bands (one float)"
-# Invariant IDs with no Z3 obligation, and why (spec/arena.md §Proofs); ``run`` leaves them out.
+# Invariant IDs with no Z3 obligation, and why (proofs/README.md, Obligations); ``run`` leaves them out.
 NOT_MODELLED = {
     "INV-REFUSAL-IS-NOOP": (
         "a relation between the state before and after a refused call, not a property of one state: the model's "

@@ -1,4 +1,4 @@
-"""Ladder theorems (spec/arena.md §Admission ladder, §Proofs): rung discipline, plan validity, completeness.
+"""Ladder theorems (spec/arena.md §Admission ladder; proofs/README.md): rung discipline, plan validity, completeness.
 
 Two kinds of evidence, each named in the table ``kvarena prove`` prints:
 
@@ -24,7 +24,7 @@ iff ``|R| >= K`` and ``O ⊆ R`` (iff any contiguous arrangement of ``F`` fits: 
 statement "``|R| >= K``" (free bytes between the compacted ends, minus the ends' needs, page-aligned, against
 the float's pages and demand) is false: an immovable float page outside ``R`` blocks it; Z3 finds such a state
 and the reference rejects it (NAIVE-IS-FALSE). The bound: one float band (the model's, and every preset's,
-chain shape); with several floats rung 3 is local per float (spec §Limits).
+chain shape); with several floats rung 3 is local per float (spec/arena.md §Determinism, cost and limits).
 """
 
 from __future__ import annotations

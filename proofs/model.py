@@ -1,4 +1,4 @@
-"""The symbolic arena (spec/arena.md §State, §Invariants, §Proofs): state, Init, invariant conjuncts by ID.
+"""The symbolic arena (spec/arena.md §State, §Invariants; proofs/README.md): state, Init, invariant conjuncts by ID.
 
 One Z3 term per field of the reference's state, named after it, so the model and ``reference/arena.py`` can
 be read side by side:
@@ -16,7 +16,7 @@ be read side by side:
 
 Slots, virtual ids, owners and users are unbounded integers. The model fixes the chain to three bands
 (``LOW | FLOAT | HIGH``, the tri-pool shape; a two-band chain is the case where the float is never used);
-that is the one structural bound, stated in spec/arena.md §Proofs.
+that is the one structural bound, stated in proofs/README.md (Bounds).
 
 The reference's counters are *derived* in the model: ``refs[v]`` is the number of owners holding ``v`` and
 ``readers`` / ``writers`` count users, so the model keeps the owners and users themselves and reads "has a
@@ -46,7 +46,7 @@ INT = z3.IntSort()
 BOOL = z3.BoolSort()
 
 # Bound variables are named ``role#tag``: the role (what the integer indexes) lets the witness search of the
-# harness instantiate a quantifier over a finite domain of that role (spec/arena.md §Proofs, "Witnesses").
+# harness instantiate a quantifier over a finite domain of that role (proofs/README.md, Bounds, "Witnesses").
 ROLES = ("band", "slot", "vid", "owner", "user", "entry", "row")
 
 

@@ -1,4 +1,4 @@
-"""Model geometries and arena configuration (spec/arena.md §Models, §Configuration).
+"""Model geometries and arena configuration (spec/arena.md §Layouts, §Configuration and refusals).
 
 Presets carry the exact per-layer rows of each hybrid model.  Numbers come from
 the published configs listed in ../shared/anchors/peers-and-models.md §5;

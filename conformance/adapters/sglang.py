@@ -23,11 +23,12 @@ How kvarena's model is laid onto theirs
   ``bind_low_peer`` / ``bind_high_peer`` around floats, unified_hybrid_swa.py:1394-1397).
 * **Entries.**  Token classes become ``MHASubPoolSpec`` / ``MLASubPoolSpec`` with the same rows; the
   recurrent class a ``MambaSubPoolSpec`` (conv + temporal rows), plus one padding conv stream when
-  kvarena pads the entry to 32 B (SGLang keeps a mamba entry unaligned; spec §Refinements 4).  The
+  kvarena pads the entry to 32 B (SGLang keeps a mamba entry unaligned; spec/arena.md §Diff against SGLang 0.5.23).  The
   factory checks that every entry has kvarena's byte size.  The state sub-pool uses page_size 1, as
   SGLang's does.
 * **Byte grid.**  SGLang anchors every sub-pool at byte 0 (as kvarena does) but reserves a sink floor
-  ``[0, _reserved_floor_bytes)`` that kvarena does not have (no sink, §Refinements 3).  The adapter gives
+  ``[0, _reserved_floor_bytes)`` that kvarena does not have (no sink: spec/arena.md §Diff against SGLang
+  0.5.23).  The adapter gives
   SGLang ``capacity + S`` bytes, ``S`` the smallest multiple of every page size that covers the floor,
   and reports their page ``p`` of class ``c`` as slot ``p - S / P_c``; the factory checks that each
   sub-pool's ``min_page_index`` is exactly ``S / P_c``, so SGLang's usable range is kvarena's

@@ -4,7 +4,8 @@ A virtual token ``t = vid * EPP + i`` (``EPP`` entries per page: ``page_size``, 
 lives at physical entry ``v2p[vid] * EPP + i`` of its class's grid (spec/arena.md §Virtual pages,
 ``translate_token``). ``v2p`` is the class's row of the device table: the slot, or -1 where ``vid`` is not a
 page of this class. An unmapped id, a negative one or one past the table translates to **-1**: there is no
-sink page (SGLang redirects all of those to page 0, §Refinements 3), so a kernel that reads a -1 entry is a bug
+sink page (SGLang redirects all of those to page 0: spec/arena.md §Diff against SGLang 0.5.23), so a kernel
+that reads a -1 entry is a bug
 that shows, not silent corruption of a shared page.
 """
 

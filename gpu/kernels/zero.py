@@ -1,6 +1,7 @@
 """Page zeroing: clear every byte of whole pages, a batch per launch.
 
-A new recurrent slot must read as zeroed state (spec/arena.md §Refinements 7: SGLang's mamba slot allocator
+A new recurrent slot must read as zeroed state (spec/arena.md §Diff against SGLang 0.5.23, zeroing: SGLang's
+mamba slot allocator
 does not clear it). The allocator zeroes each recurrent page it binds; token pages are not zeroed (an unwritten
 token row reads ``None``, so no kernel may depend on it). Same addressing as the move kernel: page ``slot`` of
 a class is words ``[slot * page_words, (slot + 1) * page_words)`` of the arena viewed as int64.

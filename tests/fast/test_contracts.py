@@ -1,4 +1,4 @@
-"""CrossHair checks the PEP 316 contracts of the reference's pure helpers (spec/arena.md §Proofs), and finds a
+"""CrossHair checks the PEP 316 contracts of the reference's pure helpers (proofs/README.md), and finds a
 planted off-by-one in a copy of a helper."""
 
 from __future__ import annotations

@@ -291,7 +291,7 @@ def test_byte_conservation_detects_accounting_alone(query: str, wrong: Callable[
 
 
 def closed_form_floor(config: ArenaConfig) -> bool:
-    """spec/arena.md §Rung 1: the feasibility floor by hand (one float at most)."""
+    """spec/arena.md §The feasibility floor: by hand (one float at most)."""
     order = chain(config.model)
     d = worst_case_demand(config)
     P = {c.name: config.page_bytes(c.name) for c in order}

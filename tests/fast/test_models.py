@@ -1,4 +1,4 @@
-"""Model presets, entry layouts, sizing and refusals (spec/arena.md §Models, §Layouts, §Configuration)."""
+"""Model presets, entry layouts, sizing and refusals (spec/arena.md §Layouts, §Configuration and refusals)."""
 
 from __future__ import annotations
 

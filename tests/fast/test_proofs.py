@@ -1,4 +1,4 @@
-"""The proofs (spec/arena.md §Proofs): every obligation proven, never vacuous, every planted bug refuted by Z3
+"""The proofs (proofs/README.md): every obligation proven, never vacuous, every planted bug refuted by Z3
 and confirmed by the reference; the ladder theorems; ``kvarena prove``.
 
 The spec's traceability table links here and to ``proofs/``.
@@ -106,7 +106,7 @@ def test_ladder_theorems() -> None:
     assert all(th.ok for th in ths.values()), {n: th.status for n, th in ths.items() if not th.ok}
     assert ths["NAIVE-IS-FALSE"].status == "counterexample (expected)"
     assert "Arena.ladder rejects" in ths["NAIVE-IS-FALSE"].detail
-    # the reproducer spec/arena.md §Proofs quotes: an empty low band demanding 4 pages, a written window page
+    # the reproducer proofs/README.md quotes: an empty low band demanding 4 pages, a written window page
     # at slot 0, the full band at [4, 8): the aligned room [1, 2) holds K = 1 page but not the pinned slot
     assert "room [1, 2) holds 1 >= K = 1" in LD.replay_naive(low_hi=0, high_lo=4, low_demand=4, omin=0, omax=0)
     for name in ("R3-SPAN-VALID", "R3-EXACT", "R3-ROOM", "R3-THEN-PLACE", "ENDS-ONLY-PLACE", "LADDER-EXHAUSTIVE"):

@@ -284,6 +284,26 @@ def diff_problems(text: str, ports: str) -> list[str]:
     return problems
 
 
+_CODE_REF = re.compile(r"\bspec(?:/arena\.md)?,?\s+§\s*")
+
+
+def code_ref_problems(root: Path = ROOT) -> list[str]:
+    """``spec/arena.md §Title`` (or ``spec §Title``) in the repository's Python files names a heading of the spec."""
+    heads = [norm(h) for h in headings((root / SPEC).read_text())]
+    problems = []
+    for top in TOP:
+        for f in sorted((root / top).rglob("*.py")) if (root / top).is_dir() else []:
+            if f.name in ("test_spec_refs.py", "test_spec.py"):
+                continue  # they quote references to test the checkers
+            src = f.read_text()
+            flat = re.sub(r"\n\s*(?:#\s*)?", " ", src)  # a reference wrapped over lines or comment lines
+            for m in _CODE_REF.finditer(flat):
+                rest = norm(flat[m.end():m.end() + 80])
+                if not _matches(rest, heads):
+                    problems.append(f"{f.relative_to(root)}: dangling spec/arena.md §{flat[m.end():m.end() + 40]!r}")
+    return problems
+
+
 def sglang_wheel() -> Path | None:
     spec = importlib.util.find_spec("sglang")  # locates the package without importing it
     return Path(spec.origin).parent if spec and spec.origin else None
@@ -312,6 +332,21 @@ def all_problems(docs_root: Path = ROOT, repo_root: Path = ROOT) -> list[str]:
 def test_no_dangling_reference_or_path() -> None:
     problems = all_problems()
     assert not problems, f"{len(problems)} dangling reference(s):\n" + "\n".join(problems)
+
+
+def test_no_dangling_spec_reference_in_code() -> None:
+    problems = code_ref_problems()
+    assert not problems, f"{len(problems)} dangling reference(s) to spec/arena.md:\n" + "\n".join(problems)
+
+
+def test_a_planted_spec_reference_in_code_fails(tmp_path: Path) -> None:
+    (tmp_path / "spec").mkdir()
+    (tmp_path / "reference").mkdir()
+    (tmp_path / SPEC).write_text("# T\n\n## State\n\n### Float hints\n")
+    (tmp_path / "reference" / "x.py").write_text('"""See spec/arena.md §State and spec/arena.md\n§Float hints."""\n')
+    assert code_ref_problems(tmp_path) == []
+    (tmp_path / "reference" / "y.py").write_text("# the rule of spec §Proofs\n")
+    assert code_ref_problems(tmp_path) == ["reference/y.py: dangling spec/arena.md §'Proofs '"]
 
 
 def test_sglang_citations_exist_in_the_wheel() -> None:
