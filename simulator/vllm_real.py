@@ -62,8 +62,9 @@ def plan(config: ArenaConfig) -> Any:
     spec = config.model
     has_state = any(c.kind is Kind.RECURRENT for c in spec.classes)
     block = hybrid_block_size(spec, KERNEL_BLOCK) if has_state else config.page_size
-    cfg = vllm_config(block, mamba_cache_mode="none", enable_prefix_caching=False, num_blocks=None)
-    layer_specs = kv_cache_specs(spec, block, config.context_len, "none")
+    mode = "align" if has_state else "none"  # MambaModelConfig.verify_and_update_config with prefix caching on
+    cfg = vllm_config(block, mamba_cache_mode=mode, enable_prefix_caching=True, num_blocks=None)
+    layer_specs = kv_cache_specs(spec, block, config.context_len, mode)
     groups = V.planning.get_kv_cache_groups(cfg, layer_specs)
     V.planning._check_exact_partition(groups, layer_specs)
     per_block = V.planning._get_kv_cache_bytes_per_block(groups, V.layout.KVCacheLayout[LAYOUT])
@@ -86,7 +87,7 @@ class VllmReal:
     ANCHORED_ENDS = False
 
     def __init__(self, config: ArenaConfig) -> None:
-        from kvarena.conformance.adapters.vllm import Sampling, load_vllm
+        from kvarena.conformance.adapters.vllm import HASH_ALGO, Sampling, load_vllm
 
         config.validate()
         self.V = V = load_vllm()
@@ -109,7 +110,10 @@ class VllmReal:
                                         f"one request of {config.context_len} tokens ({worst} blocks)")
         self.manager = V.manager.KVCacheManager(p.config, max_model_len=config.context_len,
                                                 scheduler_block_size=p.scheduler_block, hash_block_size=p.hash_block,
-                                                enable_caching=False)
+                                                enable_caching=True)
+        hash_fn = V.hashing.get_hash_fn_by_name(HASH_ALGO)
+        V.utils.init_none_hash(hash_fn)
+        self._hasher = V.utils.get_request_block_hasher(p.hash_block, hash_fn)
         self._sampling = Sampling
         self._status = V.request.RequestStatus
         self.requests: dict[str, Any] = {}
@@ -120,6 +124,7 @@ class VllmReal:
         self.held: Counter[str] = Counter()  # owner -> live users holding it
         self.deferred: dict[str, list[Any]] = {}  # freed owner -> blocks popped, freed when no user holds it
         self._ids = itertools.count()
+        self._tokens = itertools.count(1)
         self.stats = Stats()
 
     # -- sizes ----------------------------------------------------------------------------------
@@ -164,7 +169,10 @@ class VllmReal:
         if owner in self.owners:
             raise DuplicateOwnerError(f"owner {owner!r} is already admitted")
         prompt, max_tokens = self.pending.get(owner, (demand.get(self.full, 0) * self.page_tokens, 1))
-        req = self.V.request.Request(owner, [0] * max(1, prompt), self._sampling(max(1, max_tokens)), None)
+        # a token id of its own per request: no two prompts share a block hash (the traffic shares no prefix)
+        tok = next(self._tokens)
+        req = self.V.request.Request(owner, [tok] * max(1, prompt), self._sampling(max(1, max_tokens)), None,
+                                     block_hasher=self._hasher)
         got = self._allocate(req, demand.get(self.full, 0), waiting=True)
         self.pending.pop(owner, None)
         req.status = self._status.RUNNING
@@ -179,7 +187,7 @@ class VllmReal:
         if n == 0:
             return []
         if req.num_computed_tokens + n > req.num_tokens:  # decode: the tokens it will write are its output
-            req.append_output_token_ids([0] * (req.num_computed_tokens + n - req.num_tokens))
+            req.append_output_token_ids([req.prompt_token_ids[0]] * (req.num_computed_tokens + n - req.num_tokens))
         blocks = self.manager.allocate_slots(req, n, has_scheduled_reqs=bool(self.requests) and waiting)
         if blocks is None:
             raise AdmissionRejectedError(f"vLLM's allocate_slots refused {n} tokens ({self.free_blocks()} free "
