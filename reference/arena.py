@@ -731,6 +731,24 @@ class Arena:
         moves, _ = self._plan_compact_ends([BandView.of(b) for b in self._chain()], max_moves)
         return self._plan(Rung.COMPACT if moves else Rung.NONE, moves, Placement())
 
+    def flush_idle(self, budget_bytes: int) -> Plan:
+        """The idle-time flush under a move budget (SGLang's ``flush_opportunistic``, which its scheduler calls
+        between steps, unified_sub_pool.py): the full flush of the end bands, low band first, moving at most
+        ``budget_bytes`` of pages in this call.  The admission ladder itself never waits for it."""
+        if not _is_int(budget_bytes) or budget_bytes < 0:
+            raise InvalidArgumentError(f"flush_idle: budget_bytes must be an int >= 0 (bytes this call may move), "
+                                       f"got {budget_bytes!r}")
+        moves: list[Move] = []
+        left = budget_bytes
+        for band in (self.bands[self.order[0]], self.bands[self.order[-1]]):
+            comp = plan_compaction(band, self._barrier(band), self._has_readers(band.name), left // band.page_bytes)
+            moves.extend(Move(band.name, s, d) for s, d in comp.moves)
+            left -= len(comp.moves) * band.page_bytes
+        plan = self._plan(Rung.COMPACT if moves else Rung.NONE, moves, Placement())
+        validate_plan(self, plan, {})
+        self._apply(plan)
+        return plan
+
     @staticmethod
     def _check_max_moves(max_moves: int | None) -> None:
         if max_moves is not None and (not isinstance(max_moves, int) or isinstance(max_moves, bool)

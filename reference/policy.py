@@ -94,7 +94,8 @@ class EagerCompaction(Ladder):
 
 
 class BestFit(Ladder):
-    """Rung 1 fills holes from the shortest runs of holes first, keeping long runs whole.
+    """Rung 1 takes, per band, the smallest run of consecutive holes that holds the whole demand (ties: nearest
+    the anchor); if no run does, it fills the shortest runs first, keeping long runs whole.
 
     A long run of holes at a band's far edge is what boundary absorption gives back to
     the gap; filling short runs first keeps those runs intact.  Bounded best fit: the
@@ -123,7 +124,13 @@ def _best_fit_view(band: Band, k: int) -> BandView:
             runs[-1].append(s)
         else:
             runs.append([s])
-    order = [s for _, r in sorted(enumerate(runs), key=lambda ir: (len(ir[1]), ir[0])) for s in r]
+    holding = [r for r in runs if len(r) >= k]
+    if holding:  # the smallest run that holds the demand, nearest the anchor among equals, goes first
+        best = min(holding, key=len)
+        runs = [best] + [r for r in runs if r is not best]
+        order = [s for r in runs for s in r]
+    else:
+        order = [s for _, r in sorted(enumerate(runs), key=lambda ir: (len(ir[1]), ir[0])) for s in r]
     view._first = lambda n: order[:max(0, n)]
     return view
 
