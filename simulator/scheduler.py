@@ -65,10 +65,6 @@ class SchedulerModel:
     # srt/managers/scheduler.py:5277): bytes it may move per step, when at most idle_flush_running requests run
     idle_flush_bytes: int | None = 1 << 30  # None: never
     idle_flush_running: int = 0  # 0: only when fully idle, as SGLang's on_idle
-    # the idle-time flush (Arena.flush_idle, SGLang's flush_opportunistic from Scheduler.on_idle,
-    # srt/managers/scheduler.py:5277): bytes it may move per step, when at most idle_flush_running requests run
-    idle_flush_bytes: int | None = 1 << 30  # None: never
-    idle_flush_running: int = 0  # 0: only when fully idle, as SGLang's on_idle
     stall_steps: int = 50_000  # steps without a completion that mean the model livelocked
 
 
