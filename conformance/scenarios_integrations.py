@@ -522,9 +522,10 @@ INTEGRATIONS: tuple[Integration, ...] = (
 SGLANG_EXPECTED: dict[str, tuple[str, str]] = {
     "integration-spec-decode": (
         "cannot express class full (parts ['draft_k', 'draft_v', 'k', 'v'])",
-        "the adapter builds one MHASubPoolSpec (one store dtype) per class; SGLang's own fused draft (a "
-        "DenseDraftRegion on the full sub-pool, layout/fused_draft.py) is not wired into it, so an entry of fp8 "
-        "target rows and bf16 draft rows is not built and the vector does not run against SGLang"),
+        "the adapter builds one MHASubPoolSpec (one store dtype) per class, without SGLang's DenseDraftRegion; "
+        "SGLang's fused entry is byte-identical to the preset's (tests/fast/test_integrations.py), but with it the "
+        "adapter's grid mapping would still fail: it shifts kvarena's grids by a whole number of pages of every "
+        "class, and 14,336 B and 12,288 B entries share no such shift with SGLang's one-page sink floor"),
     "integration-dsa": (
         "cannot express class full (parts ['index_k', 'index_scale', 'latent'])",
         "SGLang 0.5.23's MLASubPoolSpec lays out one latent row per layer and has no part for DSA index keys, so no "

@@ -192,3 +192,34 @@ def test_the_cli_names_the_reason_for_a_refused_model() -> None:
             check_model(name, toys=True)
     check_model("gpt-oss-20b-eagle3")
     check_model("toy-dsa", toys=True)
+
+
+def test_sglangs_fused_draft_entry_is_byte_identical_to_the_eagle3_preset() -> None:
+    """The preset's assumption, checked against SGLang 0.5.23's own layout (skipped without sglang): an
+    ``MHASubPoolSpec`` for the 12 fp8 target layers with a bf16 ``DenseDraftRegion`` of one lane puts every part
+    where kvarena's ``entry_layout`` puts its rows, in an entry of the same bytes."""
+    import importlib
+    import sys
+
+    from kvarena.conformance.adapters import sglang as sga
+
+    try:
+        sg = sga.load_sglang()
+    except sga.SGLangUnavailable as e:
+        pytest.skip(f"sglang is not installed: {e}")
+    import torch
+
+    fd = sys.modules.get("sglang.srt.mem_cache.layout.fused_draft") or importlib.import_module(
+        "sglang.srt.mem_cache.layout.fused_draft")
+    region = fd.DenseDraftRegion(lane_num=1, head_num=8, head_dim=64, store_dtype=torch.bfloat16)
+    spec = sg.pool.MHASubPoolSpec(name="full", layer_num=12, head_num=8, head_dim=64, store_dtype=torch.uint8,
+                                  grow_direction="down", draft_region=region)
+    lay = entry_layout(preset("gpt-oss-20b-eagle3").cls("full"))
+    assert spec.entry_bytes() == lay.entry_bytes == 14336
+    theirs = {(p.name, i): p.offset_bytes + i * p.layer_stride_bytes
+              for p in spec.layout().parts for i in range(p.layer_num)}
+    ours = {}
+    for s in lay.slots:
+        n = sum(1 for t in lay.slots if t.row.part == s.row.part and t.offset < s.offset)
+        ours[(s.row.part, n)] = s.offset
+    assert ours == theirs
