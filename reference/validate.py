@@ -8,6 +8,7 @@ O(arena)) and raises ``PlanError`` naming the rule and the invariant it protects
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -99,11 +100,9 @@ def validate_plan(a: Arena, plan: Plan, demand: Mapping[str, int]) -> None:
 
     for cls, (t, t_end) in plan.spans.items():
         band = a.bands[cls]
-        kept = [s for s in (*band.live, *band.withheld, *(s for (c, s) in ov.state if c == cls))
-                if ov.get(cls, s) in ("live", "withheld") and not t <= s < t_end]
-        if kept:
-            _fail("PLAN-SPAN", f"float {cls!r} keeps pages {sorted(set(kept))[:6]} outside its target "
-                               f"span [{t}, {t_end})")
+        if _kept_outside(ov, band, t, t_end):
+            kept = [s for s in _occupied_outside(ov, band, t, t_end)]
+            _fail("PLAN-SPAN", f"float {cls!r} keeps pages {kept} outside its target span [{t}, {t_end})")
         ov.spans[cls] = (t, t_end)
     for cls in ends:  # the ends give back the boundary slots their moves emptied (absorption)
         lo, hi = _absorbed(ov, a.bands[cls])
@@ -128,18 +127,67 @@ def validate_plan(a: Arena, plan: Plan, demand: Mapping[str, int]) -> None:
     _check_extents(a, ov)
 
 
+def _outside(band: Band, t: int, t_end: int) -> tuple[tuple[int, int], ...]:
+    """The parts of a float's current span outside its target span ``[t, t_end)``."""
+    if band.empty:
+        return ()
+    return tuple((a, b) for a, b in ((band.lo, min(band.hi, t)), (max(band.lo, t_end), band.hi)) if a < b)
+
+
+def _kept_outside(ov: _Overlay, band: Band, t: int, t_end: int) -> int:
+    """How many live or withheld slots of ``band`` lie outside ``[t, t_end)`` after the plan's moves: the band's
+    occupied slots there (its span minus its holes, two bisections) corrected by the slots the plan touched, so
+    O(plan + log n), never a walk over the float band."""
+    held = ("live", "withheld")
+    parts = _outside(band, t, t_end)
+    n = sum((b - a) - (band.holes.bisect_left(b) - band.holes.bisect_left(a)) for a, b in parts)
+    for (c, s), now in ov.state.items():
+        if c != band.name or t <= s < t_end:
+            continue
+        before = band.state_of(s) in held
+        n += (now in held) - before
+    return n
+
+
+def _occupied_outside(ov: _Overlay, band: Band, t: int, t_end: int, limit: int = 6) -> list[int]:
+    """The first ``limit`` slots ``_kept_outside`` counts (for the refusal's message), jumping runs of holes."""
+    out: list[int] = []
+    extra = sorted(s for (c, s) in ov.state if c == band.name and not t <= s < t_end and not band.in_span(s))
+    for a, b in (*_outside(band, t, t_end), *((s, s + 1) for s in extra)):
+        s = a
+        while s < b and len(out) < limit:
+            if ov.get(band.name, s) in ("live", "withheld"):
+                out.append(s)
+            s += 1 if (band.name, s) in ov.state else max(1, band.hole_run(s, 1))
+    return out
+
+
 def _absorbed(ov: _Overlay, band: Band) -> tuple[int, int]:
-    """An end band's span once the holes its moves left at the boundary go back to the gap."""
+    """An end band's span once the holes its moves left at the boundary go back to the gap.  Runs of untouched
+    holes are jumped (``Band.hole_run``), so this is O(plan x log^2 n), not O(holes absorbed)."""
     lo, hi = ov.spans[band.name]
-    if band.role is Role.LOW:
-        while hi > lo and ov.get(band.name, hi - 1) == "hole":
-            hi -= 1
-            ov.state.pop((band.name, hi), None)
-    else:
-        while lo < hi and ov.get(band.name, lo) == "hole":
-            ov.state.pop((band.name, lo), None)
-            lo += 1
-    return lo, hi
+    up = band.role is Role.LOW
+    step = -1 if up else 1
+    touched = sorted(s for (c, s) in ov.state if c == band.name)
+    s = hi - 1 if up else lo
+    while lo <= s < hi:
+        got = ov.state.get((band.name, s))
+        if got is not None:
+            if got != "hole":
+                break
+            ov.state.pop((band.name, s))
+            s += step
+            continue
+        run = band.hole_run(s, step)  # untouched: a hole of the band, or not one
+        i = bisect.bisect_left(touched, s)
+        if up and i > 0:
+            run = min(run, s - touched[i - 1])
+        elif not up and i < len(touched):
+            run = min(run, touched[i] - s)
+        if not run:
+            break
+        s += step * run
+    return (lo, s + 1) if up else (s, hi)
 
 
 def _extend(ov: _Overlay, band: Band, slot: int) -> None:

@@ -3,6 +3,7 @@ flush, and the placements every shipped policy promises (not only their safety).
 
 from __future__ import annotations
 
+import contextlib
 import pickle
 import random
 
@@ -42,7 +43,7 @@ def _state_with_far_holes(policy: str | None = None) -> tuple[Arena, list[int]]:
 
 def test_rung2_moves_only_what_the_shortfall_needs() -> None:
     """One state page (64 B) needs one full page (256 B) off the frontier: one move, not the full flush's three."""
-    a, f = _state_with_far_holes()
+    a, _f = _state_with_far_holes()
     plan = a.plan_admission({"state": 1})
     assert plan.rung is Rung.COMPACT
     assert plan.moves == (Move("full", 8, 15),)  # the frontier page to the hole nearest the anchor
@@ -320,3 +321,81 @@ def test_eager_compaction_packs_at_free_time_and_full_compaction_at_admission() 
     b.admit("C", {"state": 1})
     assert b.stats.moves[2] == 3 and not b.bands["full"].holes
     check_all(b)
+
+
+# ---- plan validation in O(plan) -------------------------------------------------------------------------------
+
+
+def _slow_absorbed(ov, band) -> tuple[int, int]:
+    """The validator's absorption as it was: a walk over the boundary slots, one at a time."""
+    lo, hi = ov.spans[band.name]
+    if band.role.value == "low":
+        while hi > lo and ov.get(band.name, hi - 1) == "hole":
+            hi -= 1
+    else:
+        while lo < hi and ov.get(band.name, lo) == "hole":
+            lo += 1
+    return lo, hi
+
+
+def _slow_kept(ov, band, t: int, t_end: int) -> int:
+    slots = {*band.live, *band.withheld, *(s for (c, s) in ov.state if c == band.name)}
+    return sum(ov.get(band.name, s) in ("live", "withheld") and not t <= s < t_end for s in slots)
+
+
+def test_validator_fast_paths_equal_the_slot_walks() -> None:
+    """The bisection-based absorption and kept-outside count agree with the slot walks they replace, on the
+    plans of the default and the full-compaction policy over random states."""
+    from kvarena.reference import validate as V
+
+    rng = random.Random(7)
+    seen = {"absorb": 0, "span": 0}
+    for _ in range(120):
+        seed = rng.random()
+        for policy in (None, "full-compaction"):
+            a = _random_arena(random.Random(seed), policy)
+            d = {c: n for c, n in zip(("state", "window", "full"), (rng.randint(0, 6), rng.randint(0, 2),
+                                                                      rng.randint(0, 5))) if n}
+            plans = [a.plan_compact()]
+            with contextlib.suppress(AdmissionRejectedError, InvalidArgumentError):
+                plans.append(a.plan_admission(d))
+            for plan in plans:
+                _check_fast_paths(V, a, plan, seen)
+    assert seen["span"] > 10 and seen["absorb"] > 10
+
+
+def _check_fast_paths(V, a: Arena, plan, seen: dict[str, int]) -> None:
+    ov = V._Overlay(a)
+    for m in plan.moves:
+        ov.state[(m.cls, m.src)] = "withheld" if ov.used(m.cls, m.src) else "hole"
+        ov.state[(m.cls, m.dst)] = "live"
+    for cls, (t, t_end) in plan.spans.items():
+        assert V._kept_outside(ov, a.bands[cls], t, t_end) == _slow_kept(ov, a.bands[cls], t, t_end) == 0
+        seen["span"] += 1
+    for cls in (a.order[0], a.order[-1]):
+        slow = _slow_absorbed(ov, a.bands[cls])
+        assert V._absorbed(ov, a.bands[cls]) == slow
+        seen["absorb"] += slow != (a.bands[cls].lo, a.bands[cls].hi)
+
+
+def test_plan_span_refuses_a_float_page_left_outside(monkeypatch) -> None:
+    """A rung-3 plan with one float move dropped leaves that page outside its target span: PLAN-SPAN, naming it,
+    the state bit-identical; with the check planted away (a mutant) the same plan would pass."""
+    from kvarena.reference import validate as V
+    from kvarena.spec.errors import PlanError
+    from kvarena.spec.types import Plan
+
+    a = toy("toy-tri", 4096)
+    a.admit("w", {"window": 3})
+    room = (a.bands["full"].top * 256 - a.bands["window"].hi * 512) // 256
+    plan = a.plan_admission({"full": room + 2})
+    moved = [m for m in plan.moves if m.cls == "window"]
+    assert moved
+    bad = Plan(Rung.RELAYOUT, tuple(m for m in plan.moves if m != moved[0]), {}, {}, plan.spans)
+    before = pickle.dumps(a)
+    with pytest.raises(PlanError, match=rf"PLAN-SPAN.*\[{moved[0].src}\]"):
+        V.validate_plan(a, bad, {})
+    assert pickle.dumps(a) == before
+    V.validate_plan(a, Plan(Rung.RELAYOUT, plan.moves, {}, {}, plan.spans), {})  # the whole plan is fine
+    monkeypatch.setattr(V, "_kept_outside", lambda *args: 0)  # the planted bug: the check counts nothing
+    V.validate_plan(a, bad, {})  # ... and the bad plan slips through, so the test above can fail
