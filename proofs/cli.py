@@ -13,7 +13,8 @@ if TYPE_CHECKING:
 # What --help shows, without importing the Z3 harness (so `kvarena prove --help` works without the 'proofs'
 # extra); tests/fast/test_cli.py checks both against kvarena.proofs.harness.
 DEFAULT_TIMEOUT_MS = 30_000
-TRANSITION_NAMES = ("init", "admit", "extend", "share", "slide", "free", "acquire", "release", "write", "move",
+TRANSITION_NAMES = ("init", "admit", "extend", "share", "copy_state", "slide", "free", "acquire", "release", "write",
+                    "move",
                     "compact", "relayout_grow", "relayout_move", "relayout_trim", "absorb")
 
 EPILOG = """\

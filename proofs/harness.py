@@ -36,7 +36,8 @@ INIT = "init"
 
 # The witness instance: toy-tri with page_size 4 and an 8-token context (the replay builds this arena).
 WITNESS_CONFIG = {"capacity": 2048, "page_size": 4, "max_context_len": 8, "model": "toy-tri",
-                  "P": (64, 512, 256), "TOP": 8, "NE": (1, 4, 4), "NR": (2, 4, 4), "D": (1, 2, 2), "Q": 1}
+                  "P": (64, 512, 256), "TOP": 8, "NE": (1, 4, 4), "NR": (2, 4, 4), "D": (1, 2, 2), "Q": 1,
+                  "REC": True, "R": 1}
 WITNESS_DOMAIN = {"band": range(3), "slot": range(10), "vid": range(8), "owner": range(3), "user": range(3),
                   "entry": range(5), "row": range(5)}
 PROOF_BOUND = "chain of 3 bands (one float)"
@@ -198,7 +199,7 @@ def ground(e: z3.ExprRef, domain: dict[str, range] = WITNESS_DOMAIN) -> z3.ExprR
 
 
 def pin_config(c: M.Config, w: dict = WITNESS_CONFIG) -> z3.BoolRef:
-    pairs = [(c.C, w["capacity"]), (c.TOP, w["TOP"]), (c.Q, w["Q"])]
+    pairs = [(c.C, w["capacity"]), (c.TOP, w["TOP"]), (c.Q, w["Q"]), (c.REC, w["REC"]), (c.R, w["R"])]
     for key in ("P", "NE", "NR", "D"):
         pairs += list(zip(getattr(c, key), w[key]))
     return z3.And(*[term == value for term, value in pairs])
@@ -216,7 +217,7 @@ def in_domain(st: M.State, args: dict, domain: dict[str, range] = WITNESS_DOMAIN
                                                                 st.vslot[M.qv] < slots.stop)))]
     roles = {"o": "owner", "u": "user", "v": "vid", "e": "entry", "r": "row", "e0": "entry", "r0": "row",
              "src": "slot", "dst": "slot", "s": "slot", "t": "slot", "t_end": "slot", "b": "band",
-             "other": "owner", "user": "user"}
+             "other": "owner", "user": "user", "sv": "vid", "ab": "band", "aslot": "slot"}
     for name, a in args.items():
         if name in roles and z3.is_int(a):
             rng = domain[roles[name]]

@@ -71,6 +71,8 @@ class Config:
     NR: tuple[z3.ArithRef, z3.ArithRef, z3.ArithRef]  # rows per entry
     D: tuple[z3.ArithRef, z3.ArithRef, z3.ArithRef]  # worst-case demand (pages) per band
     Q: z3.ArithRef  # ghost: ceil(D[LOW] * P[LOW] / P[FLOAT]) (the first float slot above the worst low band)
+    REC: z3.BoolRef  # the low band is the recurrent class (chain() puts the one recurrent class first)
+    R: z3.ArithRef  # ArenaConfig.recurrent_slots: recurrent pages one owner may hold
 
 
 def config(tag: str = "cfg") -> Config:
@@ -78,13 +80,13 @@ def config(tag: str = "cfg") -> Config:
         return tuple(z3.Int(f"{tag}.{n}{b}") for b in BANDS)  # type: ignore[return-value]
 
     return Config(z3.Int(f"{tag}.C"), three("P"), z3.Int(f"{tag}.TOP"), three("NE"), three("NR"), three("D"),
-                  z3.Int(f"{tag}.Q"))
+                  z3.Int(f"{tag}.Q"), z3.Bool(f"{tag}.REC"), z3.Int(f"{tag}.R"))
 
 
 def config_ok(c: Config) -> z3.BoolRef:
     """What ArenaConfig.validate and the layouts guarantee (page bytes > 0, top = capacity // P_high)."""
     return z3.And(c.C > 0, *[p > 0 for p in c.P], *[n >= 1 for n in c.NE], *[n >= 1 for n in c.NR],
-                  *[d >= 0 for d in c.D],
+                  *[d >= 0 for d in c.D], c.R >= 1,
                   c.TOP * c.P[HIGH] <= c.C, (c.TOP + 1) * c.P[HIGH] > c.C,
                   (c.Q - 1) * c.P[FLOAT] < c.D[LOW] * c.P[LOW], c.D[LOW] * c.P[LOW] <= c.Q * c.P[FLOAT])
 
@@ -143,6 +145,7 @@ class State:
     # ghosts (no reference field): the Skolem functions of the two existential conjuncts
     owner_of: z3.ArrayRef  # vid -> an owner that holds it ("no bound page is ownerless")
     holder: z3.ArrayRef  # (band, slot) -> a user that holds it ("every withheld slot has a user")
+    sidx: z3.ArrayRef  # vid -> which of its owner's recurrent_slots a recurrent page takes (the cap, as pigeonholes)
 
     def update(self, **changes) -> State:
         return replace(self, **changes)
@@ -156,7 +159,7 @@ _SORTS = {
     "owner": (INT, BOOL), "held": (INT, INT, BOOL), "user": (INT, BOOL), "writes": (INT, BOOL),
     "holds": (INT, INT, INT, BOOL), "hold_vid": (INT, INT, INT, INT), "hold_gen": (INT, INT, INT, INT),
     "content": (INT, INT, INT, INT, BOOL),
-    "owner_of": (INT, INT), "holder": (INT, INT, INT),
+    "owner_of": (INT, INT), "holder": (INT, INT, INT), "sidx": (INT, INT),
 }
 
 
@@ -384,6 +387,27 @@ def feasibility_floor(c: Config, st: State) -> z3.BoolRef:
     return floor_ok(c)
 
 
+def is_state(c: Config, st: State, v) -> z3.BoolRef:
+    """``v`` is a bound page of the recurrent class (the low band's, when the model has one)."""
+    return z3.And(c.REC, st.bound[v], st.vband[v] == LOW)
+
+
+def state_one_owner(c: Config, st: State) -> z3.BoolRef:
+    o2 = bvar("owner", "q2")
+    return z3.ForAll([qo, o2, qv], z3.Implies(z3.And(is_state(c, st, qv), st.held[qo, qv], st.held[o2, qv]),
+                                              qo == o2))
+
+
+def state_slots(c: Config, st: State) -> z3.BoolRef:
+    """At most R recurrent pages per owner, as pigeonholes: each takes an index below R (the ghost ``sidx``),
+    and two of one owner's never take the same."""
+    v2 = bvar("vid", "q2")
+    return z3.And(
+        z3.ForAll([qv], z3.Implies(is_state(c, st, qv), z3.And(st.sidx[qv] >= 0, st.sidx[qv] < c.R))),
+        z3.ForAll([qo, qv, v2], z3.Implies(z3.And(is_state(c, st, qv), is_state(c, st, v2), st.held[qo, qv],
+                                                  st.held[qo, v2], qv != v2), st.sidx[qv] != st.sidx[v2])))
+
+
 GEOM = frozenset({"lo", "hi"})
 SLOTS = frozenset({"live", "holes", "withheld"})
 LEDGER = frozenset({"user", "writes", "holds", "hold_vid", "hold_gen"})
@@ -434,6 +458,10 @@ CONJUNCTS: tuple[Conjunct, ...] = (
              mirrors="spans + gaps + padding = capacity (with the census: live + withheld + holes + ...)"),
     Conjunct("INV-FEASIBILITY-FLOOR", "floor", frozenset(), feasibility_floor,
              mirrors="place(worst_case_demand) fits the empty arena"),
+    Conjunct("INV-STATE-PRIVATE", "state-one-owner", {"bound", "vband", "held"}, state_one_owner,
+             mirrors="a recurrent page is held by exactly one owner (copied, never shared)"),
+    Conjunct("INV-STATE-PRIVATE", "state-slots", {"bound", "vband", "held", "sidx"}, state_slots,
+             mirrors="no owner holds more than recurrent_slots recurrent pages"),
 )
 
 # Conjuncts of the reference's predicates that the model makes true by construction.
@@ -447,6 +475,7 @@ DEFINITIONAL: dict[str, str] = {
     "INV-PAGE-ATOMIC": "",
     "INV-NO-OVERLAP": "",
     "INV-FEASIBILITY-FLOOR": "the configuration is immutable: no transition writes a Config constant",
+    "INV-STATE-PRIVATE": "",
 }
 
 

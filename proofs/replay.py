@@ -71,6 +71,7 @@ EDITS: dict[str, tuple[str, str, str]] = {
                            "whole = self.content.get((m.cls, m.src))\n"
                            "        data = dict(list(whole.items())[:1]) if whole else None"),
     "move-to-gap": ("arena", "        band.holes.remove(m.dst)", "        band.holes.discard(m.dst)"),
+    "move-onto-withheld": ("arena", "        band.holes.remove(m.dst)", "        band.holes.discard(m.dst)"),
     "move-page-with-writer": ("arena",
                               "pinned = [s for (c, s) in self.writers if c == band.name] + list(band.withheld)",
                               "pinned = list(band.withheld)"),
@@ -94,6 +95,13 @@ EDITS: dict[str, tuple[str, str, str]] = {
     "absorb-low-bottom": ("bands", "        if self.role is not Role.LOW and self.lo < self.hi:\n"
                                    "            k = self.hole_run(self.lo, 1)",
                           "        if self.lo < self.hi:\n            k = self.hole_run(self.lo, 1)"),
+
+    "share-state": ("arena", '        self._check_not_state(vids, f"share({owner!r})")\n', ""),
+    "over-slots": ("arena", "        d = self._check_demand(demand)\n        self._check_state_slots(owner, held, d)\n",
+                   "        d = self._check_demand(demand)\n"),
+    "copy-over-slots": ("arena", "        self._check_state_slots(owner, held, {cls: 1})\n", ""),
+    "copy-off-by-one": ("arena", "            self.content[self.v2p[vid]] = dict(rows)",
+                        "            self.content[(cls, self.v2p[vid][1] + 1)] = dict(rows)"),
 }
 # Planner bugs: the bad choice is in the witness's arguments; the reference applies the plan it is given.
 PLANNER: dict[str, str] = {
@@ -238,6 +246,13 @@ def _step(a: Arena, w: Witness, mutant: str | None) -> str:
         use_plan(a, Plan(Rung.REUSE, placements={cls: (slot,)}))
         out = getattr(a, name)(f"o{arg['o']}", {cls: 1})
         return f"{name}(o{arg['o']}, {{{cls!r}: 1}}) placed {out.pages} at {cls}:{slot} ({step.case})"
+    if name == "copy_state":
+        cls, slot, owner = order[arg["b"]], arg["s"], f"o{arg['o']}"
+        if mutant == "reuse-bound-id":
+            a._free_vids = [arg["v"]]
+        use_plan(a, Plan(Rung.REUSE, placements={cls: (slot,)}))
+        got = a.copy_state(owner, arg["sv"])
+        return f"copy_state({owner}, {arg['sv']}) placed {got} at {cls}:{slot} ({step.case})"
     if name == "share":
         if mutant == "share-unbound":
             held = a.owners.setdefault(f"o{arg['o']}", {c: {} for c in order})

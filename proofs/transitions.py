@@ -41,6 +41,7 @@ from kvarena.proofs.model import (
     in_use,
     init,
     is_band,
+    is_state,
     lo_byte,
     pick,
     qo,
@@ -188,16 +189,42 @@ def vacate(st: State, b, s, iu: z3.BoolRef, uw: z3.ArithRef, mutant: str | None)
 # Rung 1: admit / extend place one page
 
 
-def _place(c: Config, st: State, tag: str, mutant: str | None, new_owner: bool, name: str) -> list[Step]:
-    o, v, b, s = _args(tag, "o v b s")
+def slot_free(c: Config, st: State, o, b, k, unchecked: bool = False) -> z3.BoolRef:
+    """A new page of band ``b`` for owner ``o`` may take recurrent index ``k``: outside the recurrent band any
+    ``k``; in it, an index below R that none of the owner's recurrent pages takes (``_check_state_slots``: the
+    owner holds fewer than recurrent_slots). ``unchecked`` is the planted bug: any index below R, taken or not."""
+    x = bvar("vid", "slotfree")
+    taken = z3.ForAll([x], z3.Implies(z3.And(st.held[o, x], is_state(c, st, x)), st.sidx[x] != k))
+    free = z3.And(k >= 0, k < c.R, *([] if unchecked else [taken]))
+    return z3.Implies(z3.And(c.REC, b == LOW), free)
+
+
+def copy_rows(st: State, post: State, s, sv) -> z3.ArrayRef:
+    """``copy_state``: the new page at ``(LOW, s)`` gets every row of page ``sv`` (the rest as ``post`` has it)."""
+    bb, ss, e, r = (bvar(k, "copy") for k in ("band", "slot", "entry", "row"))
+    return z3.Lambda([bb, ss, e, r], z3.If(z3.And(bb == LOW, ss == s), st.content[LOW, st.vslot[sv], e, r],
+                                           post.content[bb, ss, e, r]))
+
+
+def _place(c: Config, st: State, tag: str, mutant: str | None, new_owner: bool | None, name: str) -> list[Step]:
+    """One page placed by rung 1 for owner ``o``: a new owner (``new_owner``), an existing one (False), or
+    either (None: ``copy_state``, whose page copies the rows of recurrent page ``sv``)."""
+    o, v, b, s, k = _args(tag, "o v b s k")
+    copy = new_owner is None
     vid_ok = fresh_vid(st, v)
     if mutant == "reuse-bound-id":
         vid_ok = z3.Or(vid_ok, st.bound[v])  # the free list holds an id that is still bound
-    own = st.owner[o] if not new_owner else z3.Not(st.owner[o])
+    own = TRUE if copy else st.owner[o] if not new_owner else z3.Not(st.owner[o])
+    own = z3.And(own, slot_free(c, st, o, b, k, unchecked=mutant in ("over-slots", "copy-over-slots")))
     held = ({"held": z3.Store(st.held, o, v, True), "owner_of": z3.Store(st.owner_of, v, o)}
             if mutant != "leak" else {})
-    owner = {"owner": z3.Store(st.owner, o, True)} if new_owner else {}
-    args = {"o": o, "v": v, "b": b, "s": s}
+    owner = {"owner": z3.Store(st.owner, o, True)} if new_owner is not False else {}
+    held["sidx"] = z3.Store(st.sidx, v, k)
+    args = {"o": o, "v": v, "b": b, "s": s, "k": k}
+    if copy:
+        (sv,) = _args(tag, "sv")
+        own = z3.And(own, is_state(c, st, sv), b == LOW)
+        args["sv"] = sv
     steps = []
     # a hole of any band (first_holes); the planted bugs hand out a withheld slot or keep the hole
     if mutant == "reuse-withheld":
@@ -208,17 +235,29 @@ def _place(c: Config, st: State, tag: str, mutant: str | None, new_owner: bool, 
         hole_guard, slot_upd = st.holes[b, s], {"holes": z3.Store(st.holes, b, s, False)}
     steps.append(Step(name, "at a hole", z3.And(own, vid_ok, is_band(b), hole_guard),
                       st.update(**bind(st, b, s, v), **slot_upd, **held, **owner), args))
-    if mutant in ("reuse-withheld", "keep-hole"):
-        return steps
-    for case, band, g, geom in frontier_cases(c, st, s, slack=mutant == "cross-band"):
-        steps.append(Step(name, case, z3.And(own, vid_ok, b == band, g),
-                          st.update(**bind(st, band, s, v), **geom, **held, **owner), args))
+    if mutant not in ("reuse-withheld", "keep-hole"):
+        for case, band, g, geom in frontier_cases(c, st, s, slack=mutant == "cross-band"):
+            if copy and band != LOW:
+                continue
+            steps.append(Step(name, case, z3.And(own, vid_ok, b == band, g),
+                              st.update(**bind(st, band, s, v), **geom, **held, **owner), args))
+    if copy:
+        to = s + 1 if mutant == "copy-off-by-one" else s  # the planted bug writes the rows one slot up
+        steps = [Step(x.transition, x.case, x.guard, x.post.update(content=copy_rows(st, x.post, to, args["sv"])),
+                      x.args) for x in steps]
     return steps
 
 
 def admit(c: Config, st: State, tag: str, mutant: str | None = None) -> list[Step]:
     """``admit(owner, demand)``: a new owner and one new page of its demand, placed by rung 1."""
     return _place(c, st, tag, mutant, True, "admit")
+
+
+def copy_state(c: Config, st: State, tag: str, mutant: str | None = None) -> list[Step]:
+    """``copy_state(owner, sv)``: the owner (new or existing, with a free recurrent slot) gets a new page of the
+    recurrent band holding every row of bound recurrent page ``sv``, placed by rung 1 (rungs 2-3 are the move
+    steps before it, as for admit)."""
+    return _place(c, st, tag, mutant, None, "copy_state")
 
 
 def extend(c: Config, st: State, tag: str, mutant: str | None = None) -> list[Step]:
@@ -231,9 +270,12 @@ def extend(c: Config, st: State, tag: str, mutant: str | None = None) -> list[St
 
 
 def share(c: Config, st: State, tag: str, mutant: str | None = None) -> list[Step]:
-    """``share(owner, [v])``: the owner (created if new) also holds bound page ``v`` it did not hold."""
+    """``share(owner, [v])``: the owner (created if new) also holds bound page ``v`` it did not hold; a page of
+    the recurrent class is never shared (``_check_not_state``)."""
     o, v = _args(tag, "o v")
     ok = z3.And(z3.Not(st.held[o, v]), st.bound[v] if mutant != "share-unbound" else TRUE)
+    if mutant != "share-state":
+        ok = z3.And(ok, z3.Not(is_state(c, st, v)))
     post = st.update(owner=z3.Store(st.owner, o, True), held=z3.Store(st.held, o, v, True))
     return [Step("share", "one page", ok, post, {"o": o, "v": v})]
 
@@ -309,20 +351,22 @@ def free(c: Config, st: State, tag: str, mutant: str | None = None) -> list[Step
 
 def acquire(c: Config, st: State, tag: str, mutant: str | None = None) -> list[Step]:
     """``acquire(user, kind, vids)``: a new user holds the physical pages its (bound, distinct) vids are at,
-    recording vid and serial; ``writes`` is the kind's mode."""
-    (u,) = _args(tag, "u")
+    recording vid and serial; ``writes`` is the kind's mode. At least one page (an acquire of none is refused):
+    ``(ab, aslot)`` names one."""
+    u, ab, aslot = _args(tag, "u ab aslot")
     (wr,) = _bools(tag, "writes")
     ACQ = z3.Array(f"{tag}.pages", z3.IntSort(), z3.IntSort(), z3.BoolSort())
     x, bb, ss = (bvar(k, tag) for k in ("user", "band", "slot"))
     ok = st.live[bb, ss] if mutant != "acquire-hole" else z3.Or(st.live[bb, ss], st.holes[bb, ss])
-    guard = z3.And(z3.Not(st.user[u]), z3.ForAll([bb, ss], z3.Implies(ACQ[bb, ss], ok)))
+    guard = z3.And(z3.Not(st.user[u]), ACQ[ab, aslot], z3.ForAll([bb, ss], z3.Implies(ACQ[bb, ss], ok)))
     row = z3.And(x == u)
     post = st.update(
         user=z3.Store(st.user, u, True), writes=z3.Store(st.writes, u, wr),
         holds=z3.Lambda([x, bb, ss], z3.If(row, ACQ[bb, ss], st.holds[x, bb, ss])),
         hold_vid=z3.Lambda([x, bb, ss], z3.If(row, st.p2v[bb, ss], st.hold_vid[x, bb, ss])),
         hold_gen=z3.Lambda([x, bb, ss], z3.If(row, st.gen[st.p2v[bb, ss]], st.hold_gen[x, bb, ss])))
-    return [Step("acquire", "a set of pages", guard, post, {"u": u, "writes": wr, "pages": ACQ})]
+    return [Step("acquire", "a set of pages", guard, post,
+                 {"u": u, "writes": wr, "pages": ACQ, "ab": ab, "aslot": aslot})]
 
 
 def release(c: Config, st: State, tag: str, mutant: str | None = None) -> list[Step]:
@@ -397,7 +441,8 @@ def move(c: Config, st: State, tag: str, mutant: str | None = None) -> list[Step
     """``Arena._move`` as ledger rules 2-4 allow it: a live page without a writer to a hole of its band."""
     b, src, dst, uw = _args(tag, "b src dst user")
     (iu,) = _bools(tag, "iu")
-    dst_ok = st.holes[b, dst] if mutant != "move-to-gap" else z3.Not(in_span(st, b, dst))
+    dst_ok = (z3.Not(in_span(st, b, dst)) if mutant == "move-to-gap" else
+              st.withheld[b, dst] if mutant == "move-onto-withheld" else st.holes[b, dst])
     movable = z3.Not(has_writer(st, b, src)) if mutant != "move-written-page" else TRUE
     guard = z3.And(is_band(b), st.live[b, src], dst_ok, movable, use_decided(st, b, src, iu, uw))
     post, extra = _move_post(st, b, src, dst, iu, uw, mutant, tag)
@@ -507,6 +552,7 @@ TRANSITIONS: tuple[Transition, ...] = (
     Transition("admit", admit.__doc__ or "", admit),
     Transition("extend", extend.__doc__ or "", extend),
     Transition("share", share.__doc__ or "", share),
+    Transition("copy_state", copy_state.__doc__ or "", copy_state),
     Transition("slide", slide.__doc__ or "", slide),
     Transition("free", free.__doc__ or "", free),
     Transition("acquire", acquire.__doc__ or "", acquire),
@@ -523,6 +569,7 @@ BY_NAME = {t.name: t for t in TRANSITIONS}
 
 NO, BO, LS, PA, VM, BC, FF = ("INV-NO-OVERLAP", "INV-BAND-ORDER", "INV-LEDGER-SAFETY", "INV-PAGE-ATOMIC",
                               "INV-VMAP-BIJECTIVE", "INV-BYTE-CONSERVATION", "INV-FEASIBILITY-FLOOR")
+SP = "INV-STATE-PRIVATE"
 
 MUTANTS = (  # the planted bugs, by transition: each must break the IDs it names
     Mutant("reuse-withheld", "admit", (LS,), "rung 1 hands out a withheld slot a user still reads"),
@@ -535,6 +582,15 @@ MUTANTS = (  # the planted bugs, by transition: each must break the IDs it names
            "overlap-off-by-one-frontier"),
     Mutant("leak", "extend", (VM,), "the page is bound but the owner does not record it"),
     Mutant("share-unbound", "share", (VM,), "share does not check that the id is bound"),
+    Mutant("share-state", "share", (SP,), "share does not refuse a recurrent page: two owners hold one state"),
+    Mutant("over-slots", "extend", (SP,), "extend does not check recurrent_slots: an owner's second state"),
+    Mutant("reuse-withheld", "copy_state", (LS,), "the copy is placed on a withheld slot a user still reads"),
+    Mutant("keep-hole", "copy_state", (NO, BC), "the copy's slot stays a hole too (counted twice)"),
+    Mutant("cross-band", "copy_state", (BO,), "the low frontier grows one page past its gap for the copy",
+           "overlap-off-by-one-frontier"),
+    Mutant("reuse-bound-id", "copy_state", (VM,), "the copy takes an id that is still bound"),
+    Mutant("copy-off-by-one", "copy_state", (PA,), "the rows are copied one slot past the new page"),
+    Mutant("copy-over-slots", "copy_state", (SP,), "copy_state does not check recurrent_slots of the owner"),
     Mutant("vacate-ignores-users", "slide", (LS,), "a freed page still used by a transfer becomes a hole",
            "reuse-withheld-page"),
     Mutant("free-while-shared", "slide", (VM,), "the page is freed although another owner holds it",
@@ -555,6 +611,7 @@ MUTANTS = (  # the planted bugs, by transition: each must break the IDs it names
     Mutant("partial-layer-move", "move", (PA,), "the move copies one row; the others stay at the old slot",
            "partial-layer-move"),
     Mutant("move-to-gap", "move", (NO, BC), "the destination is a gap slot outside the band's span"),
+    Mutant("move-onto-withheld", "move", (NO,), "the destination is a withheld slot a ledger user still holds"),
     Mutant("move-page-with-writer", "compact", (LS,), "compaction moves a page a writer holds",
            "move-page-with-writer"),
     Mutant("stale-v2p", "compact", (VM,), "the move does not remap the virtual page", "stale-v2p-after-move"),
@@ -581,6 +638,12 @@ NO_MUTANT: dict[tuple[str, str], str] = {
     ("admit", PA): "binding only makes a slot live and clears its rows: both can only strengthen PAGE-ATOMIC; "
                    "rows come from write (write-unchecked-row) and leave with moves and frees",
     ("extend", PA): "binding only makes a slot live and clears its rows: both can only strengthen PAGE-ATOMIC",
+    ("admit", SP): "a new owner holds no page, so any index below recurrent_slots is free: one new page cannot "
+                   "exceed the cap (R >= 1) nor be held twice; the cap of more pages is extend's (over-slots)",
+    ("slide", SP): "letting go of a page only removes a holding (and may unbind it): both only weaken the "
+                   "antecedents of one-owner and slots",
+    ("free", SP): "an owner letting go of everything only removes holdings and unbinds: both only weaken the "
+                  "antecedents of one-owner and slots",
     ("relayout_grow", LS): "the new hole is a gap slot, and no user holds a gap slot (a held slot is live or "
                            "withheld, hence inside its span): no slot choice can break the ledger",
     ("relayout_trim", LS): "the trim removes only holes from the span; a trim that leaves a withheld slot "

@@ -15,7 +15,7 @@ from kvarena.reference.arena import Arena
 from kvarena.reference.bands import BandView, Role
 from kvarena.reference.ladder import place
 from kvarena.spec.errors import ArenaError, InvariantViolation
-from kvarena.spec.layout import entries_per_page
+from kvarena.spec.layout import Kind, entries_per_page
 from kvarena.spec.models import worst_case_demand
 from kvarena.spec.types import Mode, Move, Plan, Rung, UserKind
 
@@ -216,6 +216,27 @@ def check_feasibility_floor(a: Arena) -> None:
         _fail("INV-FEASIBILITY-FLOOR", f"an empty arena cannot hold one worst-case request: short {fit.shortfall}")
 
 
+def check_state_private(a: Arena) -> None:
+    """INV-STATE-PRIVATE: a recurrent page is one owner's state: exactly one owner holds it (it is copied with
+    ``copy_state``, never shared), and no owner holds more than ``config.recurrent_slots`` recurrent pages."""
+    cap = a.config.recurrent_slots
+    holders: dict[int, list[str]] = {}
+    for owner, held in a.owners.items():
+        for cls, vs in held.items():
+            if a.classes[cls].kind is not Kind.RECURRENT:
+                continue
+            if len(vs) > cap:
+                _fail("INV-STATE-PRIVATE", f"owner {owner} holds {len(vs)} recurrent {cls} pages {list(vs)[:6]}, "
+                                           f"more than recurrent_slots={cap}")
+            for v in vs:
+                holders.setdefault(v, []).append(owner)
+    shared = {v: os for v, os in holders.items() if len(os) > 1}
+    if shared:
+        v, os = next(iter(sorted(shared.items())))
+        _fail("INV-STATE-PRIVATE", f"recurrent page {v} is held by {len(os)} owners {sorted(os)[:4]}: state is "
+                                   "one owner's (copy it with copy_state, never share it)")
+
+
 PROBE = "\x00refusal-probe"  # an owner and ledger-user id no caller uses
 # The probes that plant a policy whose plans the validator must refuse. A harness that switches the arena's plan
 # validator off (to see the state predicates catch a planted bug alone) switches these off too: they would only
@@ -267,7 +288,19 @@ def _refusals(a: Arena) -> list[tuple[str, Callable[[], object]]]:
             ("share(bound + unbound)", lambda: a.share(PROBE, [v, -1])),
             ("acquire(bound + unbound)", lambda: a.acquire(PROBE, UserKind.FORWARD_WRITE, [v, -1])),
             ("write(bad entry)", lambda: a.write(v, -1, 0, 1)),
+            ("drop(held + a bool id)", lambda: a.drop(owner, [v, True])),
         ]
+        state = next((u for u in a.v2p if a.classes[a.v2p[u][0]].kind is Kind.RECURRENT), None)
+        token = next((u for u in a.v2p if a.classes[a.v2p[u][0]].kind is not Kind.RECURRENT), None)
+        if state is not None:
+            probes.append(("share(a recurrent page)", lambda: a.share(PROBE, [state])))
+        if token is not None:
+            probes.append(("copy_state(a token page)", lambda: a.copy_state(PROBE, token)))
+        full = next((o for o in sorted(a.owners) for c in a.order if a.classes[c].kind is Kind.RECURRENT
+                     and len(a.owners[o][c]) >= a.config.recurrent_slots), None)
+        if full is not None and state is not None:
+            probes.append(("copy_state(owner with no free slot)", lambda: a.copy_state(full, state)))
+        probes.append(("acquire(no pages)", lambda: a.acquire(PROBE, UserKind.FORWARD_READ, [])))
         last = next(((o, u) for o in sorted(a.owners) for c in a.order for u in a.owners[o][c]
                      if a.refs[u] == 1), None)
         if last is not None and PLAN_PROBES:  # a free whose free-time plan is refused: the page must stay bound
@@ -333,6 +366,7 @@ INVARIANTS: dict[str, Callable[[Arena], None]] = {
     "INV-CONTENT-FOLLOWS-VID": check_content_follows_vid,
     "INV-BYTE-CONSERVATION": check_conservation,
     "INV-FEASIBILITY-FLOOR": check_feasibility_floor,
+    "INV-STATE-PRIVATE": check_state_private,
     "INV-REFUSAL-IS-NOOP": check_refusal_is_noop,
 }
 

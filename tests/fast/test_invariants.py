@@ -71,7 +71,7 @@ def expect(check: Callable[[Arena], None], a: Arena, inv: str, match: str | None
 def test_invariant_ids() -> None:
     assert list(INVARIANTS) == ["INV-NO-OVERLAP", "INV-BAND-ORDER", "INV-LEDGER-SAFETY", "INV-PAGE-ATOMIC",
                                 "INV-VMAP-BIJECTIVE", "INV-CONTENT-FOLLOWS-VID", "INV-BYTE-CONSERVATION",
-                                "INV-FEASIBILITY-FLOOR", "INV-REFUSAL-IS-NOOP"]
+                                "INV-FEASIBILITY-FLOOR", "INV-STATE-PRIVATE", "INV-REFUSAL-IS-NOOP"]
 
 
 def test_no_overlap_detects() -> None:

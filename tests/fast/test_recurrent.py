@@ -206,3 +206,29 @@ def test_relayout_that_moves_nothing_returns_a_bare_none_plan() -> None:
     plan = a.relayout({})
     assert plan.rung is Rung.NONE and not plan.spans and not plan.moves
     assert a.snapshot() == snap
+
+
+# -- INV-STATE-PRIVATE: its predicate can fail on its own ------------------------------------------
+
+
+def test_state_private_detects() -> None:
+    """A recurrent page held by two owners, and an owner over its slots: each caught by the predicate alone."""
+    from kvarena.reference.invariants import INVARIANTS, check_state_private
+    from kvarena.spec.errors import InvariantViolation
+
+    assert INVARIANTS["INV-STATE-PRIVATE"] is check_state_private
+    a, s, _ = busy()
+    check_state_private(a)
+    a.owners["cache"] = {c: {} for c in a.order}  # a share that skipped the refusal
+    a.owners["cache"]["state"][s] = None
+    a.refs[s] += 1
+    with pytest.raises(InvariantViolation, match="held by 2 owners") as e:
+        check_state_private(a)
+    assert e.value.inv == "INV-STATE-PRIVATE"
+    b = make()
+    b.admit("r", {"state": 1})
+    (v,) = b.admit("q", {"state": 1}).pages["state"]
+    del b.owners["q"]  # an extend that skipped the cap: r holds both
+    b.owners["r"]["state"][v] = None
+    with pytest.raises(InvariantViolation, match="more than recurrent_slots=1"):
+        check_state_private(b)
