@@ -529,6 +529,6 @@ from kvarena.conformance.scenarios_integrations import integration_vectors  # no
 
 VECTORS += integration_vectors()
 
-from kvarena.conformance.scenarios_recurrent import recurrent_vectors  # noqa: E402 (spec §Recurrent state)
+from kvarena.conformance.scenarios_recurrent import recurrent_vectors  # noqa: E402 (spec/arena.md §INV-STATE-PRIVATE)
 
 VECTORS += recurrent_vectors()

@@ -1,4 +1,4 @@
-"""Recurrent state in a vector (conformance/vectors/recurrent-copy-state.jsonl; spec/arena.md §Recurrent state).
+"""Recurrent state in a vector (conformance/vectors/recurrent-copy-state.jsonl; spec/arena.md §INV-STATE-PRIVATE).
 
 A request's recurrent state is its own: prefix caching copies it (``copy_state``) into a cache node or into a
 request that hits the cache, never shares it; an owner holds at most ``recurrent_slots`` recurrent pages. The

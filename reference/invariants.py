@@ -217,24 +217,20 @@ def check_feasibility_floor(a: Arena) -> None:
 
 
 def check_state_private(a: Arena) -> None:
-    """INV-STATE-PRIVATE: a recurrent page is one owner's state: exactly one owner holds it (it is copied with
-    ``copy_state``, never shared), and no owner holds more than ``config.recurrent_slots`` recurrent pages."""
-    cap = a.config.recurrent_slots
-    holders: dict[int, list[str]] = {}
+    """INV-STATE-PRIVATE: a recurrent page is one owner's state (held by exactly one owner: copied with
+    ``copy_state``, never shared), and no owner holds more than ``config.recurrent_slots`` of them."""
+    holders: Counter = Counter()
     for owner, held in a.owners.items():
         for cls, vs in held.items():
-            if a.classes[cls].kind is not Kind.RECURRENT:
-                continue
-            if len(vs) > cap:
-                _fail("INV-STATE-PRIVATE", f"owner {owner} holds {len(vs)} recurrent {cls} pages {list(vs)[:6]}, "
-                                           f"more than recurrent_slots={cap}")
-            for v in vs:
-                holders.setdefault(v, []).append(owner)
-    shared = {v: os for v, os in holders.items() if len(os) > 1}
+            if a.classes[cls].kind is Kind.RECURRENT:
+                holders.update(iter(vs))  # (the ids: vs maps each to None)
+                if len(vs) > a.config.recurrent_slots:
+                    _fail("INV-STATE-PRIVATE", f"owner {owner} holds {len(vs)} recurrent {cls} pages, more than "
+                                               f"recurrent_slots={a.config.recurrent_slots}")
+    shared = sorted(v for v, n in holders.items() if n > 1)
     if shared:
-        v, os = next(iter(sorted(shared.items())))
-        _fail("INV-STATE-PRIVATE", f"recurrent page {v} is held by {len(os)} owners {sorted(os)[:4]}: state is "
-                                   "one owner's (copy it with copy_state, never share it)")
+        _fail("INV-STATE-PRIVATE", f"recurrent pages {shared[:6]} are held by more than one owner: state is one "
+                                   "owner's (copy it with copy_state, never share it)")
 
 
 PROBE = "\x00refusal-probe"  # an owner and ledger-user id no caller uses

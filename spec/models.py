@@ -164,7 +164,7 @@ class ArenaConfig:
     swa_full_tokens_ratio: float = DEFAULT_SWA_FULL_TOKENS_RATIO
     mamba_full_memory_ratio: float = DEFAULT_MAMBA_FULL_MEMORY_RATIO
     max_context_len: int | None = None  # defaults to the model's
-    # recurrent pages one owner may hold (spec/arena.md §Recurrent state): 1, one state per request; SGLang's
+    # recurrent pages one owner may hold (spec/arena.md §INV-STATE-PRIVATE): 1, one state per request; SGLang's
     # extra_buffer mode holds 1 + 2 tracking slots per running request (3). The floor stays one admission of
     # the model's shape (one state): further slots are extensions, refused like any growth when they do not fit
     recurrent_slots: int = 1

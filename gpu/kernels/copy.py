@@ -1,6 +1,6 @@
 """Page copy: every byte of one page into another page of the same class, the source left as it is.
 
-``copy_state`` (spec/arena.md §Recurrent state) gives an owner a new recurrent page holding a copy of another
+``copy_state`` (spec/arena.md §INV-STATE-PRIVATE) gives an owner a new recurrent page holding a copy of another
 one's state: prefix caching of recurrent state, SGLang's mamba-pool ``fork_from`` / ``copy_from``. Unlike a move
 (``kernels.move``) nothing is remapped and the source stays bound: the copy is a second page. Same addressing
 as the move and zero kernels: page ``slot`` of a class is words ``[slot * page_words, (slot + 1) * page_words)``

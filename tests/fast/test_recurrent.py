@@ -1,4 +1,4 @@
-"""Recurrent state (spec/arena.md §Recurrent state): one owner's, never shared, copied by ``copy_state``, at most
+"""Recurrent state (spec/arena.md §INV-STATE-PRIVATE): one owner's, never shared, copied by ``copy_state``, at most
 ``ArenaConfig.recurrent_slots`` per owner; and the §1 argument checks that go with it (ids are ints, an acquire
 holds something, a relayout that moves nothing returns a bare NONE plan). Every refusal leaves the state
 bit-identical (pickle compare)."""
@@ -222,7 +222,7 @@ def test_state_private_detects() -> None:
     a.owners["cache"] = {c: {} for c in a.order}  # a share that skipped the refusal
     a.owners["cache"]["state"][s] = None
     a.refs[s] += 1
-    with pytest.raises(InvariantViolation, match="held by 2 owners") as e:
+    with pytest.raises(InvariantViolation, match="held by more than one owner") as e:
         check_state_private(a)
     assert e.value.inv == "INV-STATE-PRIVATE"
     b = make()
