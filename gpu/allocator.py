@@ -28,7 +28,8 @@ from kvarena.gpu.graph import GraphStep
 from kvarena.gpu.hoststate import LiveMap, OwnerLog, VidPool
 from kvarena.gpu.kernels.translate import translate_tokens
 from kvarena.gpu.kernels.zero import zero_slots
-from kvarena.gpu.moves import MoveOps, runs
+from kvarena.gpu.moves import MoveOps
+from kvarena.gpu.moveseq import MoveSeq
 from kvarena.gpu.pagetable import PageTables
 from kvarena.gpu.planner import Band, Ladder, Ledger, Role, View, cdiv, float_hints, place
 from kvarena.gpu.results import Admission, BatchResult, Hold, User
@@ -45,12 +46,20 @@ from kvarena.spec.errors import (
     UnknownOwnerError,
     UnknownPageError,
 )
+from kvarena.spec.layout import Kind
 from kvarena.spec.models import ArenaConfig, chain, worst_case_demand
-from kvarena.spec.types import Mode, Move, Observation, Plan, Rung, UserKind
+from kvarena.spec.types import Mode, Observation, Plan, Rung, UserKind
+
+_NONE = np.zeros(0, dtype=np.int64)
 
 
 def _is_int(x: object) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_id(x: object) -> bool:
+    """A virtual id: an int (a numpy integer too: engines pass array elements), never a bool or a float."""
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
 
 
 class GpuArena(BatchOps, MoveOps):
@@ -71,6 +80,7 @@ class GpuArena(BatchOps, MoveOps):
             band.live = LiveMap(band.top)  # type: ignore[assignment]
             self.bands[c.name] = band
         self._chain = [self.bands[n] for n in self.order]
+        self._state_cols = {i for i, c in enumerate(classes) if c.kind is Kind.RECURRENT}
         self.ledger = Ledger()
         self.ladder = Ladder(self._chain, float_hints(config), self.ledger)
         self._check_floor()  # before any device memory is taken
@@ -139,8 +149,17 @@ class GpuArena(BatchOps, MoveOps):
                                        "fit; split the request or raise capacity")
         return out
 
-    def _bound(self, vids: Sequence[int], what: str) -> list[int]:
+    def _ids(self, vids: Sequence[int], what: str) -> list[int]:
+        """Virtual ids are ints: a float or a bool (which hash like ints) is refused, never read as a page."""
         vids = list(vids)
+        bad = [v for v in vids if not _is_id(v)]
+        if bad:
+            raise InvalidArgumentError(f"{what}: virtual page ids must be ints, got {bad[0]!r} "
+                                       f"({type(bad[0]).__name__}); pass the ids admit/extend returned")
+        return vids
+
+    def _bound(self, vids: Sequence[int], what: str) -> list[int]:
+        vids = self._ids(vids, what)
         if len(set(vids)) != len(vids):
             raise InvalidArgumentError(f"{what}: duplicate virtual page ids {sorted(vids)}; name each page once")
         for v in vids:
@@ -148,6 +167,26 @@ class GpuArena(BatchOps, MoveOps):
                 raise UnknownPageError(f"{what}: virtual page {v} is not bound (never allocated or already "
                                        "freed); pass only pages returned by admit/extend and still owned")
         return [int(v) for v in vids]
+
+    def _not_state(self, vids: Sequence[int], what: str) -> None:
+        """A recurrent page is one owner's state: never shared (prefix caching copies it: ``copy_state``)."""
+        state = [v for v in vids if self.vcls[v] in self._state_cols]
+        if state:
+            raise InvalidArgumentError(f"{what}: page {state[0]} is recurrent state "
+                                       f"({self.order[self.vcls[state[0]]]!r}), which one owner holds alone; give "
+                                       "the other owner its own copy with copy_state(owner, src) instead of sharing it")
+
+    def _state_slots(self, owner: str, row: int | None, demand: Mapping[str, int]) -> None:
+        """An owner holds at most ``config.recurrent_slots`` recurrent pages (its own plus the new ones)."""
+        cap = self.config.recurrent_slots
+        for cls, n in demand.items():
+            c = self.cidx[cls]
+            if c in self._state_cols:
+                have = len(self.owners.entries(row, c)) if row is not None else 0
+                if have + n > cap:
+                    raise InvalidArgumentError(
+                        f"owner {owner!r} would hold {have + n} recurrent {cls!r} pages, more than recurrent_slots="
+                        f"{cap}; a request holds one state (raise ArenaConfig.recurrent_slots), or drop one first")
 
     def plan_admission(self, demand: Mapping[str, int]) -> Plan:
         """What admitting ``demand`` would do, without doing it (read-only)."""
@@ -170,6 +209,8 @@ class GpuArena(BatchOps, MoveOps):
                                       "it first")
         d = self._demand(demand)
         shared = self._bound(shared, f"admit({owner!r}) shared")
+        self._not_state(shared, f"admit({owner!r}, shared=)")
+        self._state_slots(owner, None, d)
         plan = self.ladder.admission(d)
         pages = self._apply(plan)
         row = self.owners.add(owner)
@@ -181,7 +222,9 @@ class GpuArena(BatchOps, MoveOps):
         """More pages for an existing owner (decode growth, a longer prefill)."""
         self.poll()
         row = self._row(owner)
-        plan = self.ladder.admission(self._demand(demand))
+        d = self._demand(demand)
+        self._state_slots(owner, row, d)
+        plan = self.ladder.admission(d)
         pages = self._apply(plan)
         self._hold(row, np.array([v for c in self.order for v in pages.get(c, ())], dtype=np.int64))
         return Admission({c: tuple(vs) for c, vs in pages.items()}, plan)
@@ -213,19 +256,23 @@ class GpuArena(BatchOps, MoveOps):
         if relaid is None:
             raise self.ladder.rejection(d, d)
         moves, _, spans = relaid
-        plan = self.ladder.plan(Rung.RELAYOUT if moves else Rung.NONE, [], None, moves, spans)
+        if not moves:  # nothing moves: the float keeps its span (a NONE plan carries no spans)
+            return Plan(Rung.NONE)
+        plan = self.ladder.plan(Rung.RELAYOUT, [], None, moves, spans)
         self._apply(plan)
         return plan
 
     # -- applying a plan: host bands first, then the device work in plan order ----------------------
     def _apply(self, plan: Plan) -> dict[str, list[int]]:
-        for cls, src, dst in runs([m for m in plan.moves if m.cls not in plan.spans]):
+        moves = MoveSeq.of(plan.moves)
+        for cls, src, dst in moves.without(plan.spans).runs():
             self._move_many(cls, src, dst)
         self._chain[0].absorb()
         self._chain[-1].absorb()
         for cls, (t, end) in plan.spans.items():
-            self._retarget(self.bands[cls], t, end, [m for m in plan.moves if m.cls == cls])
-        self._device_moves(plan.moves)
+            run = moves.of_class(cls).runs()
+            self._retarget(self.bands[cls], t, end, *(run[0][1:] if run else (_NONE, _NONE)))
+        self._device_moves(moves)
         pages: dict[str, list[int]] = {}
         cls_parts, vid_parts, slot_parts = [], [], []
         for cls in self.order:
@@ -272,18 +319,24 @@ class GpuArena(BatchOps, MoveOps):
         else:
             band.grow_onto(slot)
 
-    def _retarget(self, band: Band, t: int, end: int, moves: list[Move]) -> None:
-        """A float's span becomes [t, end): widened with holes, its pages outside moved in, the rest trimmed."""
+    def _retarget(self, band: Band, t: int, end: int, src: np.ndarray, dst: np.ndarray) -> None:
+        """A float's span becomes [t, end): its pages outside moved into free slots of it (``src`` outside the
+        span, ``dst`` holes or gap slots in it), the holes those left trimmed with the rest outside the span.
+        Vectorized: no source is in use (every page a ledger user holds is an obstacle inside the span), so
+        every vacated slot is a hole, and it lies outside the span."""
         if end <= t:
             return
-        if band.empty:
-            band.lo = band.hi = t
-        band.holes.update([*range(t, min(end, band.lo)), *range(max(t, band.hi), end)])
-        band.lo, band.hi = min(band.lo, t), max(band.hi, end)
-        for m in moves:
-            self._move(m)
-        for s in [*band.holes.irange(band.lo, t - 1), *band.holes.irange(end, band.hi - 1)]:
-            band.holes.remove(s)
+        arr = band.live.arr  # type: ignore[attr-defined]
+        vids = arr[src]
+        arr[src] = -1
+        arr[dst] = vids
+        self.vslot[vids] = dst
+        lo, hi = (band.lo, band.hi) if not band.empty else (t, t)
+        old = np.asarray(band.holes, dtype=np.int64)
+        free = np.concatenate([old[(old >= t) & (old < end)], np.arange(t, min(end, lo), dtype=np.int64),
+                               np.arange(max(t, hi), end, dtype=np.int64)])
+        band.holes.clear()
+        band.holes.update(free[~np.isin(free, dst)].tolist())
         band.lo, band.hi = t, end
 
     def _vacate(self, band: Band, slot: int) -> None:
@@ -307,6 +360,7 @@ class GpuArena(BatchOps, MoveOps):
         """``owner`` (e.g. the prefix cache) also holds ``vids``; creates the owner if new."""
         self.poll()
         vids = self._bound(vids, f"share({owner!r})")
+        self._not_state(vids, f"share({owner!r})")
         row = self.owners.rows.get(owner)
         if row is not None:
             mine = set(self.owners.vid[self.owners.entries(row)].tolist())
@@ -321,7 +375,7 @@ class GpuArena(BatchOps, MoveOps):
         """``owner`` lets go of ``vids``; returns the pages whose last owner that was (now freed)."""
         self.poll()
         row = self._row(owner)
-        vids = list(vids)
+        vids = self._ids(vids, f"drop({owner!r})")
         if len(set(vids)) != len(vids):
             raise InvalidArgumentError(f"drop({owner!r}): duplicate ids {sorted(vids)}; name each page once")
         idx = self.owners.entries(row)
@@ -410,6 +464,9 @@ class GpuArena(BatchOps, MoveOps):
         if event is not None and not callable(getattr(event, "query", None)):
             raise InvalidArgumentError(f"acquire: event must have query() (a torch.cuda.Event), got {event!r}")
         vids = self._bound(vids, f"acquire({user!r})")
+        if not vids:
+            raise InvalidArgumentError(f"acquire({user!r}): no pages; a ledger user holds at least one page, so "
+                                       "pass the pages it reads or writes (or do not acquire)")
         holds = tuple(Hold(*self._loc(v), v) for v in vids)  # type: ignore[misc]
         self.users[user] = User(kind, holds, event)
         counts = self.ledger.writers if kind.mode is Mode.WRITE else self.ledger.readers
@@ -452,6 +509,7 @@ class GpuArena(BatchOps, MoveOps):
     # Data: tags as real bytes in the rows
 
     def _page_row(self, vid: int, entry: int, row: int) -> tuple[str, int]:
+        self._ids([vid], "write/read")
         loc = self._loc(vid)
         if loc is None:
             raise UnknownPageError(f"virtual page {vid} is not bound; write/read only live pages")
@@ -485,6 +543,7 @@ class GpuArena(BatchOps, MoveOps):
     # Queries
 
     def translate(self, vid: int) -> tuple[str, int]:
+        self._ids([vid], "translate")
         loc = self._loc(vid)
         if loc is None:
             raise UnknownPageError(f"translate: virtual page {vid} is not bound")
@@ -568,7 +627,7 @@ class GpuArena(BatchOps, MoveOps):
                            withheld={n: tuple(sorted(b.withheld)) for n, b in self.bands.items()})
 
     # =========================================================================================
-    # Recurrent state (spec/arena.md §Recurrent state; added by H-recurrent, issue 12 §3)
+    # Recurrent state (spec/arena.md §INV-STATE-PRIVATE)
 
     def copy_state(self, owner: str, src: int) -> int:
         """``owner`` (created if new) gets a new recurrent page holding a copy of every byte of page ``src``

@@ -7,7 +7,8 @@ tables' spare column, which they set to -1, and the class's dump page past the a
 device work is then the same ops on the same addresses every step:
 
 1. one H2D copy of the input buffer (``non_blocking``, from pinned memory);
-2. one ``index_copy_`` into v->p and one into p->v (the spare column absorbs the padding lanes);
+2. one ``index_copy_`` into the tables' flat tensor, v->p and p->v at once (the spare columns absorb the
+   padding lanes);
 3. one zero launch per class over ``width`` slots (padding lanes name the dump page, which the kernel skips).
 
 On CUDA the first step of each of the two input buffers warms up and captures these ops into a
@@ -47,11 +48,11 @@ class GraphStep:
         self.graphs: list[Any] = [None, None]
         self.turn = 0
         t = arena.tables
-        cols_v, cols_p = t.n_vids + 1, t.width + 1
+        cols_v, cols_p = t.cols_v, t.cols_p
         c = np.repeat(np.arange(k, dtype=np.int64), width)
-        # the padding lanes: spare table columns (value -1) and each class's dump page
-        self.pad = np.concatenate([c * cols_v + t.n_vids, np.full(k * width, -1), c * cols_p + t.width,
-                                   np.full(k * width, -1),
+        # the buffer: [v->p indices | p->v indices | their values (v->p, then p->v) | slots to zero], flat indices
+        # into the tables' one tensor; the padding lanes: spare table columns (value -1), each class's dump page
+        self.pad = np.concatenate([c * cols_v + t.n_vids, t.p_base + c * cols_p + t.width, np.full(2 * k * width, -1),
                                    np.repeat([arena.mem.dump_slot[n] for n in arena.order], width)]).astype(np.int64)
         self.cols = (cols_v, cols_p)
         self.binds = self.replays = self.eager_fallbacks = 0
@@ -60,8 +61,7 @@ class GraphStep:
         """The device work of one step on buffer ``b``: the same shapes and addresses every time."""
         a, kw, d = self.a, self.k * self.width, self.dev[b]
         d.copy_(self.host[b], non_blocking=True)
-        a.tables.v2p.view(-1).index_copy_(0, d[:kw], d[kw:2 * kw])
-        a.tables.p2v.view(-1).index_copy_(0, d[2 * kw:3 * kw], d[3 * kw:4 * kw])
+        a.tables.flat.index_copy_(0, d[:2 * kw], d[2 * kw:4 * kw])
         for c, name in enumerate(a.order):
             lanes = d[4 * kw + c * self.width:4 * kw + (c + 1) * self.width]
             zero_slots(a.mem.words_all, lanes, a.mem.page_bytes[name], skip=a.mem.dump_slot[name])
@@ -93,8 +93,8 @@ class GraphStep:
         buf[:] = self.pad
         cols_v, cols_p = self.cols
         buf[lane] = cs * cols_v + vs
-        buf[kw + lane] = ss
-        buf[2 * kw + lane] = cs * cols_p + ss
+        buf[kw + lane] = self.a.tables.p_base + cs * cols_p + ss
+        buf[2 * kw + lane] = ss
         buf[3 * kw + lane] = vs
         buf[4 * kw + lane] = ss
         self._run(b)

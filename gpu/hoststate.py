@@ -6,9 +6,9 @@ Three structures, each sized so that a batch of pages is one vectorized update, 
   (the planner asks ``slot in band.live`` and ``len(band.live)``, as of a dict).
 * :class:`VidPool` — virtual ids, lowest unbound first (spec/arena.md §Virtual pages): the unbound ids below
   ``next`` in a sorted array, so the ``k`` lowest are one slice.
-* :class:`OwnerLog` — who holds what: an append-only log of ``(owner row, class, vid)`` acquisitions with an
-  ``alive`` flag. An owner's holdings per class, in acquisition order, are its alive entries in log order;
-  a batch of extends is one append of arrays.
+* :class:`OwnerLog` — who holds what: an append-only log of ``(owner row, class, vid)`` acquisitions; a
+  released entry's row becomes -1 (dead). An owner's holdings per class, in acquisition order, are its entries
+  in log order; a batch of extends is one append of arrays.
 """
 
 from __future__ import annotations
@@ -18,6 +18,23 @@ from itertools import repeat
 from typing import Any
 
 import numpy as np
+
+
+def distinct(a: np.ndarray) -> bool:
+    """No value twice (a sort: ``np.unique`` hashes and is ~10x slower on int64 in numpy 2.x)."""
+    if len(a) < 2:
+        return True
+    x = np.sort(a)
+    return bool((x[1:] != x[:-1]).all())
+
+
+def first_occurrence(a: np.ndarray) -> np.ndarray:
+    """Mask of the elements that are the first of their value (``[7, 3, 7] -> [T, T, F]``)."""
+    order = np.argsort(a, kind="stable")
+    x = a[order]
+    first = np.zeros(len(a), dtype=bool)
+    first[order[np.r_[True, x[1:] != x[:-1]]] if len(a) else order] = True
+    return first
 
 
 class LiveMap:
@@ -81,9 +98,16 @@ class VidPool:
     def take(self, k: int) -> np.ndarray:
         """The ``k`` lowest unbound ids, ascending (bound from now on)."""
         if self.pending:
-            self.free = np.sort(np.concatenate([self.free, *self.pending]), kind="stable")
+            if len(self.pending) == 1 and not len(self.free):  # one sorted run: nothing to merge
+                self.free = self.pending[0]
+            else:
+                self.free = np.sort(np.concatenate([self.free, *self.pending]), kind="stable")
             self.pending = []
         m = min(k, len(self.free))
+        if m == k:  # a view of the free run (never written in place: ``free`` is only ever replaced)
+            out = self.free[:k]
+            self.free = self.free[k:]
+            return out
         out = np.empty(k, dtype=np.int64)
         out[:m] = self.free[:m]
         self.free = self.free[m:]
@@ -111,7 +135,6 @@ class OwnerLog:
         self.row = np.empty(cap, dtype=np.int64)
         self.cls = np.empty(cap, dtype=np.int64)
         self.vid = np.empty(cap, dtype=np.int64)
-        self.alive = np.zeros(cap, dtype=bool)
         self.n = 0
         self.dead = 0
 
@@ -152,44 +175,51 @@ class OwnerLog:
         return self.names[int(o)] if isinstance(o, np.integer) and 0 <= o < len(self.names) else str(o)
 
     # -- the log ------------------------------------------------------------------------------
-    def append(self, rows: np.ndarray, classes: np.ndarray, vids: np.ndarray) -> None:
-        """Acquisitions in order (one vectorized append)."""
+    def append(self, rows: np.ndarray, classes: np.ndarray | int, vids: np.ndarray) -> None:
+        """Acquisitions in order (one vectorized append); ``classes`` one per entry, or one int for all."""
         k = len(vids)
         if self.n + k > len(self.row):
             self._grow(self.n + k)
-        sl = slice(self.n, self.n + k)
-        self.row[sl], self.cls[sl], self.vid[sl] = rows, classes, vids
-        self.alive[sl] = True
-        self.n += k
+        a, b = self.n, self.n + k
+        self.row[a:b] = rows
+        self.cls[a:b] = classes
+        self.vid[a:b] = vids
+        self.n = b
         if self.listener is not None:
-            self.listener.appended(rows, classes, vids)
+            self.listener.appended(rows, np.broadcast_to(np.asarray(classes, dtype=np.int64), (k,)), vids)
 
     def _grow(self, need: int) -> None:
-        live = np.flatnonzero(self.alive[:self.n])
-        cap = max(1024, 2 * (len(live) + need - self.n))
-        new = {}
-        for name in ("row", "cls", "vid"):
-            a = np.empty(cap, dtype=np.int64)
-            a[:len(live)] = getattr(self, name)[live]
-            new[name] = a
-        self.row, self.cls, self.vid = new["row"], new["cls"], new["vid"]
-        self.alive = np.zeros(cap, dtype=bool)
-        self.alive[:len(live)] = True
-        self.n, self.dead = len(live), 0
+        """Room for ``need`` entries: the alive ones compacted to the front, in place while that leaves the log at
+        most half full (no new arrays: fresh pages would be faulted in on the hot path), else into arrays
+        four times the alive entries (compacted again only every few batches)."""
+        live = np.flatnonzero(self.row[:self.n] >= 0)
+        m = len(live)
+        want = m + need - self.n
+        if 2 * want <= len(self.row):
+            for a in (self.row, self.cls, self.vid):
+                a[:m] = a[live]
+        else:
+            cap = max(1024, 4 * want)
+            new = []
+            for a in (self.row, self.cls, self.vid):
+                b = np.empty(cap, dtype=np.int64)
+                b[:m] = a[live]
+                new.append(b)
+            self.row, self.cls, self.vid = new
+        self.n, self.dead = m, 0
 
     def entries(self, row: int, cls: int | None = None) -> np.ndarray:
-        """Log indices of ``row``'s alive holdings (of class ``cls``), in acquisition order."""
-        m = self.alive[:self.n] & (self.row[:self.n] == row)
+        """Log indices of ``row``'s holdings (of class ``cls``), in acquisition order (dead entries have row -1)."""
+        m = self.row[:self.n] == row
         if cls is not None:
             m &= self.cls[:self.n] == cls
         return np.flatnonzero(m)
 
     def entries_of_rows(self, rows: np.ndarray) -> np.ndarray:
-        m = self.alive[:self.n] & np.isin(self.row[:self.n], rows)
-        return np.flatnonzero(m)
+        return np.flatnonzero(np.isin(self.row[:self.n], rows))
 
     def kill(self, idx: np.ndarray) -> None:
-        self.alive[idx] = False
+        self.row[idx] = -1
         self.dead += len(idx)
 
     def held(self, row: int, order: Sequence[str]) -> dict[str, tuple[int, ...]]:

@@ -14,7 +14,9 @@ from typing import Any
 
 import numpy as np
 
+from kvarena.gpu.hoststate import distinct
 from kvarena.gpu.kernels.move import check_moves, move_slots
+from kvarena.gpu.moveseq import MoveSeq
 from kvarena.gpu.planner import Band, Role
 from kvarena.spec.types import Move
 
@@ -42,7 +44,7 @@ class MoveOps:
         """Host side of a run of moves of one class in which no slot is both a source and a destination: the
         p->v and v->p mirrors in three vectorized stores, the holes rebuilt once (a run that is not like that
         goes move by move)."""
-        if len(src) < 8 or np.isin(src, dst).any() or len(np.unique(dst)) != len(dst):
+        if len(src) < 8 or np.isin(src, dst).any() or not distinct(dst):
             for s, d in zip(src.tolist(), dst.tolist()):
                 self._move(Move(cls, s, d))
             return
@@ -57,16 +59,16 @@ class MoveOps:
         band.holes.update(holes[~np.isin(holes, dst)].tolist())
         self._vacate_many(band, src)
 
-    def _device_moves(self, moves: Sequence[Move]) -> None:
+    def _device_moves(self, moves: Sequence[Move] | MoveSeq) -> None:
         """Bytes and tables of the plan's moves, in plan order, batched: a batch is one class and no slot in it
         is both a source and a destination (rung-3 destinations may reuse bytes rung-2 sources left)."""
-        for cls, src, dst in runs(moves):
+        for cls, src, dst in MoveSeq.of(moves).runs():
             self._device_run(cls, src, dst)
 
     def _device_run(self, cls: str, src_all: np.ndarray, dst_all: np.ndarray) -> None:
         i, n_all = 0, len(src_all)
         while i < n_all:
-            if not np.isin(src_all[i:], dst_all[i:]).any() and len(np.unique(dst_all[i:])) == n_all - i:
+            if not np.isin(src_all[i:], dst_all[i:]).any() and distinct(dst_all[i:]):
                 j = n_all  # the rest is one batch (the rung-2 case: sources live, destinations holes)
             else:
                 srcs: set[int] = set()
@@ -94,18 +96,3 @@ class MoveOps:
         self.stats["moves"][rung] += n
         self.stats["bytes_moved"][rung] += n * band.page_bytes
         self.stats["move_launches"] += 1
-
-
-def runs(moves: Sequence[Move]) -> list[tuple[str, np.ndarray, np.ndarray]]:
-    """Consecutive moves of one class as (class, sources, destinations), in plan order."""
-    out: list[tuple[str, np.ndarray, np.ndarray]] = []
-    i = 0
-    while i < len(moves):
-        j = i
-        while j < len(moves) and moves[j].cls == moves[i].cls:
-            j += 1
-        run = moves[i:j]
-        out.append((moves[i].cls, np.fromiter((m.src for m in run), np.int64, len(run)),
-                    np.fromiter((m.dst for m in run), np.int64, len(run))))
-        i = j
-    return out

@@ -24,6 +24,7 @@ from itertools import islice
 import numpy as np
 from sortedcontainers import SortedList
 
+from kvarena.gpu.moveseq import MoveSeq
 from kvarena.spec.errors import AdmissionRejectedError
 from kvarena.spec.layout import Kind, entry_layout
 from kvarena.spec.models import ArenaConfig, chain
@@ -294,12 +295,16 @@ def compact_end(band: Band, barrier: int | None, read: Callable[[int], bool] | N
     written), since moving a page nearer than that cannot retract the frontier. A source with readers stays
     withheld. Returns the moves and the band as it will be after them (frontier retracted past the slots left
     empty)."""
-    up = band.role is Role.LOW
-
     srcs, dsts = _pairs(band, barrier, budget)
-    moves: list[tuple[int, int]] = list(zip(srcs.tolist(), dsts.tolist()))
-    kept = [s for s, _ in moves if read(s)] if read is not None else []  # sources with readers stay withheld
-    freed = sorted(set(srcs.tolist()) - set(kept), reverse=not up)  # anchor order
+    return list(zip(srcs.tolist(), dsts.tolist())), _packed_view(band, srcs, dsts, read)
+
+
+def _packed_view(band: Band, srcs: np.ndarray, dsts: np.ndarray, read: Callable[[int], bool] | None) -> View:
+    """An end band after the moves ``srcs -> dsts`` (a prefix of its two-pointer sequence)."""
+    up = band.role is Role.LOW
+    src_l = srcs.tolist()
+    kept = [s for s in src_l if read(s)] if read is not None else []  # sources with readers stay withheld
+    freed = sorted(set(src_l) - set(kept), reverse=not up)  # anchor order
 
     # the frontier retracts past the slots left vacant: neither live after the moves, nor withheld, nor kept
     lo, hi = band.lo, band.hi
@@ -314,14 +319,91 @@ def compact_end(band: Band, barrier: int | None, read: Callable[[int], bool] | N
         hi = lo + (int(nz[-1]) + 1 if len(nz) else 0)
     else:
         lo = lo + (int(nz[0]) if len(nz) else hi - lo)
-    count = len(band.holes) - len(moves) + len(freed) - (band.hi - hi) - (lo - band.lo)
-    n_used = len(moves)
+    n_used = len(src_l)
+    count = len(band.holes) - n_used + len(freed) - (band.hi - hi) - (lo - band.lo)
 
     def take(k: int) -> list[int]:
         stream = heapq.merge(band.holes_past(n_used), freed, reverse=not up)
         return list(islice((s for s in stream if lo <= s < hi), max(0, min(k, count))))
 
-    return moves, View(band.name, band.role, band.page_bytes, lo, hi, count, take)
+    return View(band.name, band.role, band.page_bytes, lo, hi, count, take)
+
+
+class EndSeq:
+    """One end band's moves for the shortfall-sized rung 2 (spec/arena.md §Rung 2): the two-pointer sequence of
+    ``compact_end`` (numpy, at once), cut before its first source a reader holds (the frontier could not
+    retract past that page now, so no later move opens room now). ``view(k)``: the band after the first k."""
+
+    def __init__(self, band: Band, barrier: int | None, read: Callable[[int], bool] | None) -> None:
+        self.band = band
+        src, dst = _pairs(band, barrier, None)
+        if read is not None and len(src):
+            hit = [i for i, s in enumerate(src.tolist()) if read(s)]
+            if hit:
+                src, dst = src[:hit[0]], dst[:hit[0]]
+        self.src, self.dst = src, dst
+        self._views: dict[int, View] = {}
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+    def view(self, k: int) -> View:
+        v = self._views.get(k)
+        if v is None:
+            v = self._views[k] = _packed_view(self.band, self.src[:k], self.dst[:k], None)
+        return v
+
+    def moves(self, k: int) -> MoveSeq:
+        return MoveSeq([(self.band.name, self.src[:k], self.dst[:k])])
+
+
+def least(ok: Callable[[int], bool], total: int, first: int = 1, cap: int | None = None) -> int | None:
+    """The smallest count ``k`` in ``[first, min(total, cap)]`` with ``ok(k)``, or None: galloping (first, 2
+    first, 4 first, ...) then bisection between the last failing and the first passing probe. Every count it
+    returns was probed (so ``ok`` holds there even if it were not monotone); the probes are the spec's, so the
+    answer is the reference's in every case."""
+    if first == 0:
+        if ok(0):
+            return 0
+        first = 1
+    bad, k = first - 1, first
+    while True:
+        if cap is not None:
+            k = min(k, cap)
+        k = min(k, total)
+        if k <= bad:
+            return None
+        if ok(k):
+            good = k
+            while good - bad > 1:
+                mid = (bad + good) // 2
+                if ok(mid):
+                    good = mid
+                else:
+                    bad = mid
+            return good
+        bad, k = k, 2 * k
+
+
+def size_ends(fit: Callable[[int, int], bool], low: EndSeq, high: EndSeq) -> tuple[int, int] | None:
+    """How many moves of each end's sequence make the demand fit (``fit(0, 0)`` failed): one band alone if it
+    can, the one moving fewer bytes (a tie: the low band); else the low band's whole sequence and the fewest
+    high moves, then the fewest low moves that still fit; None if both whole sequences do not fit."""
+    p_low, p_high = low.band.page_bytes, high.band.page_bytes
+    k_low = least(lambda k: fit(k, 0), len(low))
+    cap = None if k_low is None else (k_low * p_low - 1) // p_high  # the high band must move fewer bytes
+    k_high = least(lambda k: fit(0, k), len(high), cap=cap) if cap is None or cap >= 1 else None
+    if k_high is not None:
+        return 0, k_high
+    if k_low is not None:
+        return k_low, 0
+    n_low = len(low)
+    k_high = least(lambda k: fit(n_low, k), len(high))
+    if k_high is None:
+        return None
+    k_low = least(lambda k: fit(k, k_high), len(low))
+    assert k_low is not None, "planner bug: fit(n_low, k_high) held when probed"
+    return k_low, k_high
 
 
 # ---------------------------------------------------------------------------------------------
@@ -356,6 +438,34 @@ def relayout_float(band: Band, win_lo: int, win_hi: int, pages: int, hint: int, 
     return list(zip(sources, free)), (t, end), View.fixed(band, t, end, free[len(sources):])
 
 
+def relayout_fewest(band: Band, win_lo: int, win_hi: int, pages: int, hint: int, obstacles: list[int]
+                    ) -> tuple[list[tuple[int, int]], tuple[int, int], View] | None:
+    """The default rung 3 for one float: move the fewest pages. Every arrangement of the float lies inside the
+    aligned window ``[ceil(win_lo/p), win_hi // p)``, so its live pages outside the window move in all of them;
+    only those move. Target span: the float's span (its hint slot when empty) clipped to the window, widened by
+    the slots it lacks, up first, then down; the sources, ascending, fill its lowest free slots."""
+    p = band.page_bytes
+    need = len(band.live) + len(band.withheld) + pages
+    if need == 0:
+        return [], (0, 0), View.fixed(band, 0, 0, [])
+    lo, hi = (band.lo, band.hi) if not band.empty else (hint // p, hint // p)
+    w_lo, w_hi = cdiv(win_lo, p), win_hi // p
+    if w_hi - w_lo < need or (obstacles and not w_lo <= obstacles[0] <= obstacles[-1] < w_hi):
+        return None
+    c_lo, c_hi = clamp(lo, w_lo, w_hi), clamp(hi, w_lo, w_hi)
+    lack = max(0, need - (c_hi - c_lo))
+    up = min(lack, w_hi - c_hi)
+    t, end = c_lo - (lack - up), c_hi + up
+    arr = band.live.arr  # type: ignore[attr-defined]
+    sources = [a + i for a, b in ((band.lo, min(band.hi, t)), (max(band.lo, end), band.hi)) if b > a
+               for i in np.flatnonzero(arr[a:b] >= 0).tolist()]
+    b_lo, b_hi = (band.lo, band.hi) if not band.empty else (end, end)
+    free = [*range(t, min(end, b_lo)), *band.holes.irange(max(t, b_lo), min(end, b_hi) - 1),
+            *range(max(t, b_hi), end)]
+    assert len(free) >= len(sources), "planner bug: the span has no room for the float's own pages"
+    return list(zip(sources, free)), (t, end), View.fixed(band, t, end, free[len(sources):])
+
+
 # ---------------------------------------------------------------------------------------------
 # The ladder over the arena's bands.
 
@@ -371,7 +481,9 @@ class Ladder:
         return [View.of(b) for b in self.bands]
 
     def admission(self, demand: Mapping[str, int]) -> Plan:
-        """Rung 1, else 2 (only if compaction moves something), else 3; AdmissionRejectedError otherwise."""
+        """Rung 1; else rung 2 sized to the shortfall (``size_ends``); else rung 3 on the ends' whole sequences,
+        fewest float moves, then the fewest end moves the relaid floats still need; AdmissionRejectedError
+        otherwise (spec/arena.md §Admission ladder)."""
         demand = {c: n for c, n in demand.items() if n}
         if not demand:
             return Plan(Rung.NONE)
@@ -379,31 +491,51 @@ class Ladder:
         fit = place(views, demand, self.hints)
         if fit.ok:
             return self.plan(Rung.REUSE, [], fit)
-        moves2, views = self.compact_ends(views, None)
-        if moves2:
-            fit = place(views, demand, self.hints)
-            if fit.ok:
-                return self.plan(Rung.COMPACT, moves2, fit)
-        relaid = self.relayout(views, demand)
+        low, high = (EndSeq(b, self.barrier(b), self._reader(b.name)) for b in (self.bands[0], self.bands[-1]))
+
+        def at(vs: Sequence[View], k_low: int, k_high: int) -> list[View]:
+            return [low.view(k_low), *vs[1:-1], high.view(k_high)]
+
+        def fits(vs: Sequence[View]) -> Callable[[int, int], bool]:
+            return lambda k_low, k_high: place(at(vs, k_low, k_high), demand, self.hints).ok
+
+        k = size_ends(fits(views), low, high)
+        if k is not None:
+            return self.plan(Rung.COMPACT, [*low.moves(k[0]), *high.moves(k[1])],
+                             place(at(views, *k), demand, self.hints))
+        n_low, n_high = len(low), len(high)
+        views = at(views, n_low, n_high)
+        fit = place(views, demand, self.hints)
+        relaid = self.relayout(views, demand, fewest=True)
         if relaid is not None:
             moves3, views3, spans = relaid
             fit = place(views3, demand, self.hints)
-            if fit.ok:
-                return self.plan(Rung.RELAYOUT, moves2, fit, moves3, spans)
+            if fit.ok:  # the ends move only what the relaid floats still need of them
+                ok = fits(views3)
+                k_high = least(lambda k: ok(n_low, k), n_high, first=0)
+                assert k_high is not None
+                k_low = least(lambda k: ok(k, k_high), n_low, first=0)
+                assert k_low is not None
+                return self.plan(Rung.RELAYOUT, [*low.moves(k_low), *high.moves(k_high)],
+                                 place(at(views3, k_low, k_high), demand, self.hints), moves3, spans)
         raise self.rejection(demand, fit.short)
 
-    def compact_ends(self, views: Sequence[View], budget: int | None) -> tuple[list[Move], list[View]]:
-        """Rung 2: the low band, then the high band, sharing one move budget."""
-        moves: list[Move] = []
+    def _reader(self, c: str) -> Callable[[int], bool] | None:
+        return (lambda s: self.ledger.readers[(c, s)] > 0) if self.ledger.readers else None
+
+    def compact_ends(self, views: Sequence[View], budget: int | None) -> tuple[MoveSeq, list[View]]:
+        """Rung 2: the low band, then the high band, sharing one move budget (the moves as arrays)."""
+        runs: list[tuple[str, np.ndarray, np.ndarray]] = []
+        n = 0
         views = list(views)
         for i in (0, len(views) - 1):
             band = self.by_name[views[i].name]
             c = band.name
-            read = (lambda s, c=c: self.ledger.readers[(c, s)] > 0) if self.ledger.readers else None
-            pairs, views[i] = compact_end(band, self.barrier(band), read,
-                                          None if budget is None else budget - len(moves))
-            moves += [Move(c, s, d) for s, d in pairs]
-        return moves, views
+            src, dst = _pairs(band, self.barrier(band), None if budget is None else budget - n)
+            views[i] = _packed_view(band, src, dst, self._reader(c))
+            runs.append((c, src, dst))
+            n += len(src)
+        return MoveSeq(runs), views
 
     def barrier(self, band: Band) -> int | None:
         """The slot farthest from an end band's anchor that cannot move: withheld, or held by a writer."""
@@ -412,11 +544,12 @@ class Ladder:
             return None
         return max(pinned) if band.role is Role.LOW else min(pinned)
 
-    def relayout(self, views: Sequence[View], demand: Mapping[str, int]
-                 ) -> tuple[list[Move], list[View], dict[str, tuple[int, int]]] | None:
+    def relayout(self, views: Sequence[View], demand: Mapping[str, int], fewest: bool = False
+                 ) -> tuple[MoveSeq, list[View], dict[str, tuple[int, int]]] | None:
         """Rung 3: each float that is non-empty or demanded, in chain order, gets the byte window between the
         previous float's new span (or the low end plus what it still needs) and the next non-empty float (or
-        the high end minus what it still needs)."""
+        the high end minus what it still needs); ``fewest``: the admission ladder's span (``relayout_fewest``),
+        else the nearest span (``relayout_float``: stand-alone ``relayout``)."""
         floats = [i for i in range(1, len(views) - 1) if not views[i].empty or demand.get(views[i].name, 0)]
         if not floats:
             return None
@@ -424,7 +557,7 @@ class Ladder:
         win_lo = low.hi_byte + max(0, demand.get(low.name, 0) - low.n_holes) * low.page_bytes
         high_need = max(0, demand.get(high.name, 0) - high.n_holes) * high.page_bytes
         views = list(views)
-        moves: list[Move] = []
+        runs: list[tuple[str, np.ndarray, np.ndarray]] = []
         spans: dict[str, tuple[int, int]] = {}
         for k, i in enumerate(floats):
             band = self.by_name[views[i].name]
@@ -433,25 +566,26 @@ class Ladder:
             if win_hi < win_lo:
                 return None
             used = {s for s in self.ledger.used_slots(band.name) if s in band.live}
-            r = relayout_float(band, win_lo, win_hi, demand.get(band.name, 0), self.hints.get(band.name, 0),
-                               sorted(band.withheld | used))
+            r = (relayout_fewest if fewest else relayout_float)(
+                band, win_lo, win_hi, demand.get(band.name, 0), self.hints.get(band.name, 0),
+                sorted(band.withheld | used))
             if r is None:
                 return None
             pairs, span, views[i] = r
-            moves += [Move(band.name, s, d) for s, d in pairs]
+            runs.append((band.name, np.array([s for s, _ in pairs], dtype=np.int64),
+                         np.array([d for _, d in pairs], dtype=np.int64)))
             spans[band.name] = span
             if span[1] > span[0]:
                 win_lo = span[1] * band.page_bytes
-        return moves, views, spans
+        return MoveSeq(runs), views, spans
 
     def plan(self, rung: Rung, moves2: Sequence[Move], fit: Fit | None = None, moves3: Sequence[Move] = (),
              spans: Mapping[str, tuple[int, int]] | None = None) -> Plan:
-        def size(ms: Sequence[Move]) -> int:
-            return sum(self.by_name[m.cls].page_bytes for m in ms)
-
-        moved = {r: size(ms) for r, ms in ((2, moves2), (3, moves3)) if ms}
+        m2, m3 = MoveSeq.of(moves2), MoveSeq.of(moves3)
+        pb = {b.name: b.page_bytes for b in self.bands}
+        moved = {r: ms.bytes(pb) for r, ms in ((2, m2), (3, m3)) if len(ms)}
         placements = {c: tuple(s) for c, s in fit.slots.items() if s} if fit is not None else {}
-        return Plan(rung, (*moves2, *moves3), placements, moved, dict(spans or {}))
+        return Plan(rung, MoveSeq.concat(m2, m3), placements, moved, dict(spans or {}))  # type: ignore[arg-type]
 
     def rejection(self, demand: Mapping[str, int], short: Mapping[str, int]) -> AdmissionRejectedError:
         short = {c: n for c, n in short.items() if n}

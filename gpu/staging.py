@@ -66,9 +66,21 @@ class Staging:
 
     def upload(self, data: np.ndarray) -> torch.Tensor:
         """``data`` (1-D int64) on the device, as a slice of a preallocated buffer; queued, not waited on."""
-        n = len(data)
+        return self.upload_parts([data])
+
+    def upload_parts(self, parts: list[np.ndarray], adds: list[int] | None = None) -> torch.Tensor:
+        """The concatenation of ``parts`` (1-D int64 arrays; ``adds[i]`` added to part ``i`` as it is written)
+        on the device: written into the staging buffer part by part, no host temporary."""
+        n = sum(len(p) for p in parts)
         s = self._free_slot(n)
-        s.np[:n] = data
+        buf, a = s.np, 0
+        for i, p in enumerate(parts):
+            b = a + len(p)
+            if adds is not None and adds[i]:
+                np.add(p, adds[i], out=buf[a:b])
+            else:
+                buf[a:b] = p
+            a = b
         out = s.dev[:n]
         out.copy_(s.host[:n], non_blocking=True)
         if self.events is not None:

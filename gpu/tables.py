@@ -8,9 +8,10 @@ lookup ever lands on another class's page.
 Virtual ids are one global space, and the planner always takes the lowest unbound id, so no id ever exceeds
 the number of pages bound at once, which is at most ``sum(top_c)``: that is the row length of ``v2p``.
 
-The host (numpy mirrors in ``hoststate.py``) decides every change; each change of a call is one upload
-through the pinned staging ring (``staging.py``) of flat table indices and values, then one scatter per
-table: two launches per call, whatever the batch or the number of classes. Moves remap inside the move kernel
+Both tables are views of one flat device tensor (``flat``: v->p rows first, then p->v rows), so the
+changes of a call are one upload through the pinned staging ring (``staging.py``) of flat indices and values
+and **one** ``index_copy_`` into ``flat``, whatever the batch or the number of classes (the index ranges of
+the two tables are disjoint, so the one scatter has no duplicate index). Moves remap inside the move kernel
 itself (``kernels.move``, ``remap=``). ``host_v2p`` reads the tables
 back (the ``observe()`` of the conformance adapter, never on the hot path), so a table that drifted from
 the plan is seen.
@@ -35,43 +36,57 @@ class Tables:
         self.staging = staging
         self.n_vids = sum(tops.values())
         self.width = max(tops.values())
+        k = len(self.order)
         # one spare column each: the lanes of a fixed-width step that carry no page write -1 there
-        self.v2p = torch.full((len(self.order), self.n_vids + 1), -1, dtype=torch.int64, device=device)
-        self.p2v = torch.full((len(self.order), self.width + 1), -1, dtype=torch.int64, device=device)
+        self.cols_v, self.cols_p = self.n_vids + 1, self.width + 1
+        self.p_base = k * self.cols_v  # where p->v starts in ``flat``
+        self.flat = torch.full((k * (self.cols_v + self.cols_p),), -1, dtype=torch.int64, device=device)
+        self.v2p = self.flat[:self.p_base].view(k, self.cols_v)
+        self.p2v = self.flat[self.p_base:].view(k, self.cols_p)
+        self.v_rows, self.p_rows = list(self.v2p.unbind(0)), list(self.p2v.unbind(0))  # row views, made once
         self.launches = 0
 
     def row(self, cls: str) -> torch.Tensor:
         """Class ``cls``'s v->p row (what ``kernels.translate`` takes)."""
         return self.v2p[self.index[cls]]
 
-    def _scatter(self, v_idx: np.ndarray, v_val: np.ndarray, p_idx: np.ndarray, p_val: np.ndarray,
-                 extra: np.ndarray | None = None) -> torch.Tensor | None:
-        """One upload of both tables' (index, value) pairs (and ``extra``, whose device slice is returned)."""
-        n, m = len(v_idx), len(p_idx)
-        parts = [v_idx, v_val, p_idx, p_val] if extra is None else [v_idx, v_val, p_idx, p_val, extra]
-        dev = self.staging.upload(np.concatenate(parts))
-        if m:
-            self.p2v.view(-1).index_copy_(0, dev[2 * n:2 * n + m], dev[2 * n + m:2 * (n + m)])
-        if n:
-            self.v2p.view(-1).index_copy_(0, dev[:n], dev[n:2 * n])
-        self.launches += 2
-        return dev[n:2 * n] if extra is None else dev[2 * (n + m):]
+    def scatter(self, n: int, parts: list[np.ndarray], adds: list[int] | None = None) -> torch.Tensor:
+        """One upload of ``parts`` (their concatenation, ``adds`` as in ``Staging.upload_parts``: ``n`` flat
+        indices into ``flat``, then their ``n`` values, then anything riding along) and one scatter; returns
+        the uploaded device slice."""
+        dev = self.staging.upload_parts(parts, adds)
+        self.flat.index_copy_(0, dev[:n], dev[n:2 * n])
+        self.launches += 1
+        return dev
 
-    def bind(self, classes: np.ndarray, vids: np.ndarray, slots: np.ndarray,
+    def bind(self, classes: np.ndarray | int, vids: np.ndarray, slots: np.ndarray,
              extra: np.ndarray | None = None) -> torch.Tensor | None:
-        """New pages ``(class index, vid, slot)``: both tables, one upload and two scatters; ``extra`` rides in
-        the same upload (the allocator's zeroing list) and comes back as a device slice (without it: the
-        uploaded slots, which a one-class step zeroes as they are)."""
-        if len(vids):
-            return self._scatter(classes * (self.n_vids + 1) + vids, slots, classes * (self.width + 1) + slots,
-                                 vids, extra)
-        return None
+        """New pages ``(class index, vid, slot)`` (``classes`` an array, or one int for a one-class step): both
+        tables, one upload and one scatter; ``extra`` rides in the same upload (the allocator's zeroing list)
+        and comes back as a device slice (without it: the uploaded slots, which a one-class step zeroes as they
+        are)."""
+        n = len(vids)
+        if not n:
+            return None
+        if isinstance(classes, int):  # one class: [vids | slots] and one scatter per row, no index arithmetic
+            dev = self.staging.upload_parts([vids, slots])
+            v, s = dev[:n], dev[n:]
+            self.v_rows[classes].index_copy_(0, v, s)
+            self.p_rows[classes].index_copy_(0, s, v)
+            self.launches += 2
+            return s
+        parts = [classes * self.cols_v + vids, (self.p_base + classes * self.cols_p) + slots, slots, vids]
+        if extra is not None:
+            parts.append(extra)
+        dev = self.scatter(2 * n, parts)
+        return dev[2 * n:3 * n] if extra is None else dev[4 * n:]
 
     def unbind(self, classes: np.ndarray, vids: np.ndarray, slots: np.ndarray) -> None:
         """Freed pages: both entries back to -1."""
-        if len(vids):
-            none = np.full(len(vids), -1, dtype=np.int64)
-            self._scatter(classes * (self.n_vids + 1) + vids, none, classes * (self.width + 1) + slots, none)
+        n = len(vids)
+        if n:
+            none = np.full(2 * n, -1, dtype=np.int64)
+            self.scatter(2 * n, [classes * self.cols_v + vids, self.p_base + classes * self.cols_p + slots, none])
 
     def host_v2p(self) -> dict[int, tuple[str, int]]:
         """``{vid: (cls, slot)}`` read back from the device."""

@@ -74,9 +74,14 @@ def check_moves(src: Sequence[int], dst: Sequence[int], page_bytes: int, n_pages
         raise PlanError(f"{len(src)} sources but {len(dst)} destinations; pair each source with a destination")
     s, d = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)  # vectorized: O(moves) numpy
     every = np.concatenate([s, d])
-    bad = every[(every < 0) | (every >= n_pages)]
-    if len(bad):
+    if not len(every):
+        return
+    if every.min() < 0 or every.max() >= n_pages:
+        bad = every[(every < 0) | (every >= n_pages)]
         raise PlanError(f"pages {sorted(set(bad.tolist()))[:8]} are outside the grid of {n_pages} pages")
+    srt = np.sort(every)
+    if (srt[1:] != srt[:-1]).all():
+        return  # every slot once: no destination twice, none a source (the common case, one sort)
     if len(np.unique(d)) != len(d):
         raise PlanError(f"a destination appears twice in {d[:16].tolist()}; each move needs its own page")
     both = np.intersect1d(s, d)

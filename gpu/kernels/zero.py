@@ -1,10 +1,11 @@
 """Page zeroing: clear every byte of whole pages, a batch per launch.
 
-A new recurrent slot must read as zeroed state (spec/arena.md §Diff against SGLang 0.5.23, zeroing: SGLang's
-mamba slot allocator
-does not clear it). The allocator zeroes each recurrent page it binds; token pages are not zeroed (an unwritten
-token row reads ``None``, so no kernel may depend on it). Same addressing as the move kernel: page ``slot`` of
-a class is words ``[slot * page_words, (slot + 1) * page_words)`` of the arena viewed as int64.
+Every page the allocator hands out reads as zero bytes, token pages and recurrent slots alike (a fresh page
+carries no bytes of its previous owner; SGLang's mamba slot allocator does not clear a slot: spec/arena.md
+§Diff against SGLang 0.5.23, zeroing). Same addressing as the move kernel: page ``slot`` of a class is words
+``[slot * page_words, (slot + 1) * page_words)`` of the arena viewed as int64. Two entry points: ``zero_slots``
+(a device list of pages, one launch) and ``zero_run`` (consecutive pages the host knows, e.g. a step's frontier
+pages: one memset, no list).
 """
 
 from __future__ import annotations
@@ -77,6 +78,15 @@ def zero_slots(words: torch.Tensor, idx: torch.Tensor, page_bytes: int, *, skip:
         words[: n_pages * page_words].view(n_pages, page_words).index_fill_(0, idx, 0)  # not [idx] = 0: 500x slower
 
 
+def zero_run(words: torch.Tensor, first: int, count: int, page_bytes: int) -> None:
+    """Clear pages ``[first, first + count)`` of a class (a run of consecutive slots the host knows: the
+    frontier pages a step hands out): one memset of the run's bytes on every path (``cudaMemsetAsync`` on
+    CUDA, capturable), no index list. The host checked the run is on the grid."""
+    if count > 0:
+        pw = page_bytes // 8
+        words[first * pw:(first + count) * pw].zero_()
+
+
 # ---------------------------------------------------------------------------------------------
 
 
@@ -94,6 +104,10 @@ def check(device: str | torch.device = "cpu", *, path: Path = "auto", page_bytes
         want[guard_words + s * pw: guard_words + (s + 1) * pw] = 0
     got = full.to(device)
     zero_pages(got[guard_words:guard_words + n_pages * pw], slots, page_bytes, path=path)
+    first = int(torch.randint(0, n_pages, (1,), generator=g))
+    count = int(torch.randint(0, n_pages - first + 1, (1,), generator=g))
+    zero_run(got[guard_words:guard_words + n_pages * pw], first, count, page_bytes)  # a run of pages, too
+    want[guard_words + first * pw: guard_words + (first + count) * pw] = 0
     got = got.cpu()
     diff = (got != want).nonzero().flatten()
     assert diff.numel() == 0, f"{diff.numel()} words differ from the torch reference, first {diff[:4].tolist()} " \

@@ -222,15 +222,23 @@ class Lockstep:
 
 
 @pytest.mark.parametrize("model", ["toy-tri", "toy-swa", "toy-state"])
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_lockstep_exact(model: str, seed: int) -> None:
-    ls = Lockstep(model, seed)
-    ls.run(250)
-    assert {1, 2} <= ls.rungs, f"the run never needed compaction: rungs {ls.rungs}"
+def test_lockstep_exact(model: str) -> None:
+    """Three seeds per model agree at every step; together they reach every rung the model has (the
+    shortfall-sized rung 2 moves few pages, so one seed may need no compaction in 250 steps) and the errors."""
+    rungs: set = set()
+    errors: set = set()
+    moved = 0
+    for seed in (0, 1, 2):
+        ls = Lockstep(model, seed)
+        ls.run(250)
+        rungs |= ls.rungs
+        errors |= ls.errors
+        moved += ls.gpu.stats["moves"][2]
+    assert {1, 2} <= rungs, f"no run needed compaction: rungs {rungs}"
     if model == "toy-tri":
-        assert 3 in ls.rungs, f"the run never relaid the float out: rungs {ls.rungs}"
-    assert {"AdmissionRejectedError", "InvalidArgumentError", "UnknownOwnerError"} <= ls.errors
-    assert ls.gpu.stats["moves"][2] > 0, "no page moved on the device"
+        assert 3 in rungs, f"no run relaid the float out: rungs {rungs}"
+    assert {"AdmissionRejectedError", "InvalidArgumentError", "UnknownOwnerError"} <= errors
+    assert moved > 0, "no page moved on the device"
 
 
 @pytest.mark.parametrize("model", ["toy-tri", "toy-swa", "toy-state"])
@@ -239,9 +247,12 @@ def test_lockstep_exact_on_the_torch_path(model: str, monkeypatch: pytest.Monkey
     import kvarena.gpu.kernels as kernels
 
     monkeypatch.setattr(kernels, "interpreted", lambda kernel: False)
-    ls = Lockstep(model, 1)
-    ls.run(150)
-    assert ls.gpu.stats["moves"][2] > 0, "no page moved on the torch path"
+    moved = 0
+    for seed in (1, 2):
+        ls = Lockstep(model, seed)
+        ls.run(150)
+        moved += ls.gpu.stats["moves"][2]
+    assert moved > 0, "no page moved on the torch path"
 
 
 def test_lockstep_relayout_moves_bytes() -> None:

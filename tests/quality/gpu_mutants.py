@@ -142,11 +142,13 @@ def check_zeroing(mod: types.ModuleType, path: str) -> None:
             a = factory(ArenaConfig(preset(model), 8192, page_size=2, max_context_len=8))
             a.mem.raw.fill_(0xFF)
             k = len(a.order)
-            res = a.admit_batch([f"z{i}" for i in range(3)], torch.tensor([[1 + (i + j) % 2 for j in range(k)]
-                                                                          for i in range(3)]).numpy())
+            res = a.admit_batch([f"z{i}" for i in range(3)], torch.tensor(
+                [[1 if a.mem.is_recurrent(c) else 1 + (i + j) % 2 for j, c in enumerate(a.order)]
+                 for i in range(3)]).numpy())  # one recurrent slot per request (recurrent_slots = 1)
+            assert not res.errors, res.errors
             step = torch.zeros((3, k), dtype=torch.int64)
             step[:, -1] = 1
-            a.extend_batch(res.rows, step.numpy())  # the lean decode path: int handles, one end band
+            assert not a.extend_batch(res.rows, step.numpy()).errors  # the lean decode path: int handles, one band
             words = a.mem.words
             for c, band in a.bands.items():
                 pw = band.page_bytes // 8
@@ -329,10 +331,10 @@ MUTANTS: tuple[Mutant, ...] = (
            "owner's bytes (check_zeroing on both paths: every handed-out page reads zero on a dirtied arena)",
            kernel=check_zeroing),
     Mutant("lean-decode-misses-last-zeroing", batch_mod,
-           "        zero_slots(self.mem.words, dev, band.page_bytes)\n",
-           "        zero_slots(self.mem.words, dev[:-1], band.page_bytes)\n",
-           "the lean decode path (int handles, one end band) zeroes all but the last new page of the step "
-           "(check_zeroing on both paths: the lean step included)",
+           "        zero_run(self.mem.words, first, g, band.page_bytes)\n",
+           "        zero_run(self.mem.words, first, g - 1, band.page_bytes)\n",
+           "the lean decode path (int handles, one end band) zeroes all but the last page of the step's frontier "
+           "run (check_zeroing on both paths: the lean step included)",
            kernel=check_zeroing),
 )
 

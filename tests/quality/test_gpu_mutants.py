@@ -40,9 +40,11 @@ CI_STEPS = settings.get_profile("ci").stateful_step_count
 # budget leaves a margin of 3x; the control runs pass the same budgets. The slowest kills: recurrent-slot-not-zeroed
 # at example 52 (torch), partial-row-move 52 and zero-kernel-skips-first-word 66 (interpreter),
 # withheld-freed-by-first-release 47 (torch, 80 steps).
-# The batched machine (conformance/batched.py) for the batched calls' mutants: kills seen at <= 19 examples.
+# The batched machine (conformance/batched.py) for the batched calls' mutants: kills seen at <= 19 examples, except
+# stale-hole-count-after-fallback at 66-80 since rung 2 moves only the shortfall (a fallback compacts fewer holes).
 BUDGETS = {("torch", CI_STEPS, "lockstep"): 300, ("interpreter", CI_STEPS, "lockstep"): 200,
-           ("torch", 80, "lockstep"): 300, ("torch", CI_STEPS, "batched"): 60, ("interpreter", CI_STEPS, "batched"): 20}
+           ("torch", 80, "lockstep"): 300, ("torch", CI_STEPS, "batched"): 200,
+           ("interpreter", CI_STEPS, "batched"): 20}
 RUNNERS = {"lockstep": run_lockstep, "batched": run_batched_lockstep}
 # Exceptions that mean the mutant broke the code rather than planted a bug a check should find.
 BROKEN = {"NameError", "SyntaxError", "ImportError", "ModuleNotFoundError", "AttributeError", "TypeError",
