@@ -33,6 +33,7 @@ from kvarena.conformance.harness import (
     config_from_json,
 )
 from kvarena.spec.errors import ArenaError, InvariantViolation
+from kvarena.spec.layout import Kind
 from kvarena.spec.models import ArenaConfig
 from kvarena.spec.types import UserKind
 
@@ -120,6 +121,11 @@ class Conductor:
         cov.ops[op] += 1
         if not out.ok:
             cov.refusals[out.code if not out.foreign else "foreign exception"] += 1
+        if out.ok and (op == "share" or (op in ADMISSIONS and any(
+                self.geo.kind[c] is Kind.RECURRENT for c, vs in (out.value or {}).items() if vs))):
+            cov.exposure["INV-STATE-PRIVATE"] += 1
+        if op == "copy_state":
+            return  # an admission of one page, counted as the op (cov.ops) and the exposure above
         if op in ADMISSIONS:
             if out.ok:
                 cov.admissions[f"rung {out.plan['rung']}" if out.plan else "rung not reported"] += 1

@@ -26,6 +26,7 @@ EXPOSURE = {
     "INV-BYTE-CONSERVATION": "steps that changed the observation",
     "INV-FEASIBILITY-FLOOR": "configurations built and compared with the reference",
     "INV-REFUSAL-IS-NOOP": "refused steps checked for an unchanged state",
+    "INV-STATE-PRIVATE": "steps that gave an owner a recurrent page (admit, extend, copy_state) or shared pages",
 }
 
 

@@ -232,3 +232,33 @@ def test_state_private_detects() -> None:
     b.owners["r"]["state"][v] = None
     with pytest.raises(InvariantViolation, match="more than recurrent_slots=1"):
         check_state_private(b)
+
+
+# -- the vector and the coverage counts -------------------------------------------------------------
+
+
+def test_the_recurrent_vector_covers_copy_state_and_its_refusals() -> None:
+    from kvarena.conformance import vectors
+    from kvarena.conformance.vectors import VECTOR_DIR
+
+    r = vectors.replay(VECTOR_DIR / "recurrent-copy-state.jsonl", Arena, "exact")
+    assert r.status == "passed", r.message
+    cov = r.coverage
+    assert cov.ops["copy_state"] >= 5 and cov.exposure["INV-STATE-PRIVATE"] > 0
+    assert {"InvalidArgument", "UnknownPage", "AdmissionRejected"} <= set(cov.refusals)
+    head = vectors.load(VECTOR_DIR / "recurrent-copy-state.jsonl").header
+    assert set(head["covers"]["errors"]["copy_state"]) == {"AdmissionRejected", "InvalidArgument", "UnknownPage"}
+    assert "InvalidArgument" in head["covers"]["errors"]["share"]
+    assert "InvalidArgument" in head["covers"]["errors"]["acquire"]
+
+
+def test_an_implementation_without_copy_state_stops_the_vector_with_the_reason() -> None:
+    """copy_state is optional in the adapter protocol: a trace that copies state stops there (allowed)."""
+    from kvarena.conformance import vectors
+    from kvarena.conformance.vectors import VECTOR_DIR
+
+    class NoCopy(Arena):
+        copy_state = None  # type: ignore[assignment]
+
+    r = vectors.replay(VECTOR_DIR / "recurrent-copy-state.jsonl", NoCopy, "safety", deep=False)
+    assert r.status == "stopped" and "has no copy_state" in r.message, r.message
