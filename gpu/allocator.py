@@ -571,7 +571,8 @@ class GpuArena(BatchOps, MoveOps):
 
     def translate_tokens(self, cls: str, vtokens: torch.Tensor, out: torch.Tensor | None = None,
                          out_width: int | None = None) -> torch.Tensor:
-        """Batched: physical entry indices of ``vtokens`` on ``cls``'s grid, -1 where unmapped (no checks, no
+        """Batched: physical entry indices of ``vtokens`` on ``cls``'s grid, ``pad_entry(cls)`` where unmapped (an
+        unbound, negative or out-of-range id, another class's page: spec/arena.md §Padding lanes; no checks, no
         read). With ``out_width`` (a graph's fixed width), lanes past the ids hold ``pad_entry(cls)``."""
         return translate_tokens(vtokens, self.tables.row(cls), self.mem.epp[cls], out=out, out_width=out_width,
                                 pad=self.mem.pad_entry(cls))

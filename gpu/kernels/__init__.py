@@ -51,11 +51,11 @@ def use_interpreter() -> None:
     import importlib
     import os
 
-    from kvarena.gpu.kernels import alloc, move, translate, zero
+    from kvarena.gpu.kernels import alloc, copy, move, translate, zero
 
     os.environ["TRITON_INTERPRET"] = "1"
     for mod, kernel in ((move, "move_pages_kernel"), (zero, "zero_pages_kernel"),
-                        (translate, "translate_kernel"), (alloc, "alloc_tokens_kernel")):
+                        (translate, "translate_kernel"), (alloc, "alloc_tokens_kernel"), (copy, "copy_pages_kernel")):
         if not interpreted(getattr(mod, kernel)):
             importlib.reload(mod)
 

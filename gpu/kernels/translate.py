@@ -3,10 +3,11 @@
 A virtual token ``t = vid * EPP + i`` (``EPP`` entries per page: ``page_size``, or 1 for a recurrent slot)
 lives at physical entry ``v2p[vid] * EPP + i`` of its class's grid (spec/arena.md §Virtual pages,
 ``translate_token``). ``v2p`` is the class's row of the device table: the slot, or -1 where ``vid`` is not a
-page of this class. An unmapped id, a negative one or one past the table translates to **-1**: there is no
-sink page (SGLang redirects all of those to page 0: spec/arena.md §Diff against SGLang 0.5.23), so a kernel
-that reads a -1 entry is a bug
-that shows, not silent corruption of a shared page.
+page of this class. An unmapped id, a negative one, one past the table or another class's page translates to
+``pad``, the arena's padding entry (spec/arena.md §Padding lanes): no page of any class covers it, so a kernel
+that writes every lane corrupts nothing, and there is no sink page (SGLang redirects all of those to page 0,
+a live page: spec/arena.md §Diff against SGLang 0.5.23). The wrappers' default ``pad`` is -1 (a bare kernel
+call without an arena); the allocator always passes its padding entry.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from kvarena.gpu.kernels import Path, device_time, next_pow2, use_triton
 @triton.jit
 def translate_kernel(
     vtok_ptr,  # *int32 or *int64 [n]: virtual token ids
-    out_ptr,  # *int64 [n]: out: physical entry index on the class's grid, or -1
+    out_ptr,  # *int64 [n]: out: physical entry index on the class's grid, or pad
     v2p_ptr,  # *int64 [n_vids]: this class's v->p row (slot, or -1: not a page of this class)
     n,  # number of ids
     n_vids,  # length of the v2p row
@@ -39,7 +40,7 @@ def translate_kernel(
     vid = t // EPP  # t >= 0 where it is used, so C division is floor division
     ok = mask & (t >= 0) & (vid < n_vids)
     slot = tl.load(v2p_ptr + vid, mask=ok, other=-1)
-    phys = tl.where(slot >= 0, slot * EPP + t % EPP, -1)
+    phys = tl.where(slot >= 0, slot * EPP + t % EPP, pad)
     phys = tl.where(mask, phys, pad)
     tl.store(out_ptr + offs, phys, mask=offs < n_out)
 
@@ -65,7 +66,7 @@ def launch(vtokens: torch.Tensor, out: torch.Tensor, v2p_row: torch.Tensor, epp:
 
 def translate_tokens(vtokens: torch.Tensor, v2p_row: torch.Tensor, epp: int, *, out: torch.Tensor | None = None,
                      out_width: int | None = None, pad: int = -1, path: Path = "auto") -> torch.Tensor:
-    """Physical entry index of every virtual token id in ``vtokens`` (1-D int tensor), -1 where unmapped.
+    """Physical entry index of every virtual token id in ``vtokens`` (1-D int tensor), ``pad`` where unmapped.
 
     With ``out_width`` (a CUDA graph's fixed batch width, >= the number of ids), ``out[:out_width]`` is
     written: the ids' lanes first, then padding lanes holding ``pad``. Returns ``out[:out_width]``."""
@@ -86,7 +87,7 @@ def translate_tokens(vtokens: torch.Tensor, v2p_row: torch.Tensor, epp: int, *, 
     vid = torch.div(t, epp, rounding_mode="floor")
     ok = (t >= 0) & (vid < v2p_row.numel())
     slot = torch.where(ok, v2p_row[vid.clamp(0, max(v2p_row.numel() - 1, 0))], -1)
-    out[:n].copy_(torch.where(slot >= 0, slot * epp + t % epp, -1))
+    out[:n].copy_(torch.where(slot >= 0, slot * epp + t % epp, pad))
     out[n:].fill_(pad)
     return out
 
@@ -101,7 +102,7 @@ def reference(vtokens: Sequence[int], v2p_row: Sequence[int], epp: int, width: i
     for t in vtokens:
         vid, i = divmod(t, epp)
         slot = v2p_row[vid] if t >= 0 and vid < len(v2p_row) else -1
-        out.append(slot * epp + i if slot >= 0 else -1)
+        out.append(slot * epp + i if slot >= 0 else pad)
     return out + [pad] * ((width or len(out)) - len(out))
 
 

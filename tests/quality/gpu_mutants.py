@@ -258,11 +258,11 @@ MUTANTS: tuple[Mutant, ...] = (
            "releases one of two users of a withheld slot)",
            lockstep="torch", steps=80),
     Mutant("translate-unmapped-to-sink-page", translate_mod,
-           "    phys = tl.where(slot >= 0, slot * EPP + t % EPP, -1)\n",
+           "    phys = tl.where(slot >= 0, slot * EPP + t % EPP, pad)\n",
            "    phys = tl.where(slot >= 0, slot * EPP + t % EPP, t % EPP)\n",
-           "an unmapped virtual token translates into page 0 (SGLang's sink page) instead of -1: a stray read "
-           "hits a live page silently. The harness never translates unmapped ids: translate.check() kills it",
-           also=(("    out[:n].copy_(torch.where(slot >= 0, slot * epp + t % epp, -1))\n",
+           "an unmapped virtual token translates into page 0 (SGLang's sink page) instead of the padding entry: a "
+           "stray read hits a live page silently (translate.check() kills it)",
+           also=(("    out[:n].copy_(torch.where(slot >= 0, slot * epp + t % epp, pad))\n",
                   "    out[:n].copy_(torch.where(slot >= 0, slot * epp + t % epp, t % epp))\n"),),
            kernel=check_translate),
     Mutant("zero-kernel-skips-first-word", zero_mod,
