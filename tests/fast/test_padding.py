@@ -189,8 +189,6 @@ def test_padding_writes_at_the_mutant_entry_corrupt_a_live_page_on_gpu() -> None
     assert "INV-PAGE-ATOMIC" in r.message or "INV-CONTENT-FOLLOWS-VID" in r.message, r.message
 
 
-@pytest.mark.xfail(strict=True, reason="gpu/ translates foreign ids to -1, the spec to the padding entry "
-                                       "(/tmp/briefs/notes-H-integ-to-H-gpu.md); a store through -1 misses the arena")
 def test_foreign_ids_go_to_the_padding_entry_on_gpu() -> None:
     r = replay(load(GRAPH), _padded_gpu(foreign=True), "exact")
     assert r.status == "passed", r.message
