@@ -146,6 +146,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--jobs", type=int, default=1, metavar="N",
                    help="run a workload's configurations in N local processes (default 1; progress is per "
                         "workload then)")
+    p.add_argument("--ray", metavar="ADDRESS",
+                   help="run each configuration as a Ray task on that cluster ('auto', 'ray://HOST:10001', or "
+                        "'local' to start one here); needs ray (tested with 2.60.0): pip install ray")
     p.add_argument("--engines", default="all", metavar="LIST",
                    help="real engines to run beside kvarena's configurations: 'all' (default: every installed "
                         f"one), 'none', or a comma list of {', '.join(REAL_ENGINES)}; a missing extra is skipped "
@@ -214,6 +217,13 @@ def check_args(args: argparse.Namespace) -> None:
         raise UsageError(f"--jobs {args.jobs} must be >= 1 (processes on this machine)")
     if args.requests is not None and args.requests < 1:
         raise UsageError(f"--requests {args.requests} must be >= 1")
+    if args.ray is not None and args.jobs > 1:
+        raise UsageError("--ray and --jobs both spread the runs; pass one (Ray schedules on the cluster's cores)")
+    if args.ray is not None:
+        import importlib.util
+
+        if importlib.util.find_spec("ray") is None:
+            raise UsageError("--ray needs ray (tested with 2.60.0): pip install ray")
     bad = [e for e in engines_wanted(args.engines) or () if e not in REAL_ENGINES]
     if bad:
         raise UsageError(f"--engines: unknown {', '.join(bad)}; choose from {', '.join(REAL_ENGINES)}, 'all' or 'none'")
@@ -343,7 +353,7 @@ def main(args: argparse.Namespace) -> int:
             rep = simulate(w, capacity, budget, args.page_size, args.seed, args.scale, args.ratio_sweep,
                            bool(args.plots), args.check_every, bar, policies, model, args.jobs,
                            SLO(args.slo_ttft, None if args.slo_tpot is None else args.slo_tpot / 1e3),
-                           tuple(real), tuple(skipped))
+                           tuple(real), tuple(skipped), args.ray)
             reports.append(rep)
             if not args.json:
                 if i == 0:

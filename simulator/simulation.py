@@ -148,21 +148,42 @@ def run_configuration(job: _Job, progress: Callable[[str, int, int, int, int], N
                    job.slo), info
 
 
+class RayUnavailable(ImportError):
+    """--ray needs ray (tested with 2.60.0): pip install ray."""
+
+
+def run_on_ray(work: list[_Job], address: str) -> list[tuple[Outcome, dict[str, object]]]:
+    """Each configuration's run as one Ray task (``ray.remote``), results in order. ``address`` is Ray's own:
+    ``auto`` (the cluster this machine is part of), ``ray://host:10001``, or ``local`` (start one here).
+    Connects once per process (``ray.init`` is a no-op when already connected)."""
+    try:
+        import ray
+    except ImportError:
+        raise RayUnavailable("--ray needs ray (tested with 2.60.0): pip install ray") from None
+    if not ray.is_initialized():
+        ray.init(address=address, include_dashboard=False, log_to_driver=False)
+    task = ray.remote(run_configuration)
+    return ray.get([task.remote(j) for j in work])
+
+
 def simulate(w: Workload, capacity: int, budget: str, page_size: int = 64, seed: int = 0, scale: float = 1.0,
              sweep: bool = False, plots: bool = False, check_every: int = 0,
              progress: Callable[[str, int, int, int, int], None] | None = None,
              policies: tuple[str, ...] = DEFAULT_POLICIES, model: SchedulerModel | None = None,
-             jobs: int = 1, slo: SLO | None = None, real: tuple[str, ...] = (), skipped: tuple[str, ...] = ()
-             ) -> Report:
+             jobs: int = 1, slo: SLO | None = None, real: tuple[str, ...] = (), skipped: tuple[str, ...] = (),
+             ray_address: str | None = None) -> Report:
     """Every configuration of ``w`` at ``capacity`` bytes; ``jobs`` > 1 runs them in that many local
-    processes (each run is deterministic and independent, so the report is the same)."""
+    processes, ``ray_address`` as Ray tasks on that cluster (each run is deterministic and independent,
+    so the report is the same)."""
     context = w.max_context()
     base = replace(model or SchedulerModel(), check_every=check_every, stall_steps=max(50_000, 4 * context))
     if not any(c.kind is Kind.RECURRENT for c in preset(w.model).classes):
         base = replace(base, state_slots=1)
     work = [_Job(w, c, capacity, page_size, context, seed, scale, plots, base, slo)
             for c in configurations(w, sweep, policies, real)]
-    if jobs > 1 and len(work) > 1:
+    if ray_address is not None:
+        done = run_on_ray(work, ray_address)
+    elif jobs > 1 and len(work) > 1:
         from concurrent.futures import ProcessPoolExecutor
 
         with ProcessPoolExecutor(max_workers=min(jobs, len(work))) as pool:
