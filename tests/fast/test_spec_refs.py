@@ -6,10 +6,11 @@
 - no ``issue N``: the issue tracker is not part of the repository;
 - every repository path (``spec/...``, ``reference/...``, ``README.md``, ``path::name``, globs) exists, and a
   ``path::name`` link names something the file defines; every relative markdown link (and its ``#anchor``) resolves;
+- every vector named exists, with the steps cited;
 - spec/arena.md: every ``sglang/...py:N[-M]`` citation exists in the installed wheel and holds the name quoted
-  after it; every vector it names exists, with the steps it cites; the table of contents lists every ``##``
-  heading; the diff against SGLang has its required rows and names every SGLang unit test docs/sglang-unit-ports.md
-  says the contract does not follow.
+  after it; the table of contents lists every ``##`` heading; the diff against SGLang has its required rows and
+  names every SGLang unit test docs/sglang-unit-ports.md says the contract does not follow;
+- every ``spec/arena.md §Title`` in the repository's Python files names a heading of the spec.
 
 Every checker is a function of a document's text, so the negative tests feed it planted dangling references.
 """
@@ -360,7 +361,7 @@ def test_sglang_citations_exist_in_the_wheel() -> None:
 
 
 def test_vectors_named_exist() -> None:
-    problems = vector_problems((ROOT / SPEC).read_text(), VECTORS)
+    problems = [f"{rel}: {p}" for rel in checked_docs() for p in vector_problems((ROOT / rel).read_text(), VECTORS)]
     assert not problems, "\n".join(problems)
 
 
