@@ -30,6 +30,8 @@ from kvarena.spec.layout import Kind, entry_layout
 from kvarena.spec.models import ArenaConfig, chain
 from kvarena.spec.types import Move, Plan, Rung
 
+_NO = np.zeros(0, dtype=np.int64)
+
 
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)
@@ -143,7 +145,10 @@ class View:
         return cls(band.name, band.role, band.page_bytes, band.lo, band.hi, len(band.holes), band.nearest_holes)
 
     @classmethod
-    def fixed(cls, band: Band, lo: int, hi: int, holes: list[int]) -> View:
+    def fixed(cls, band: Band, lo: int, hi: int, holes: list[int] | np.ndarray) -> View:
+        if isinstance(holes, np.ndarray):
+            return cls(band.name, band.role, band.page_bytes, lo, hi, len(holes),
+                       lambda k: holes[:max(0, k)].tolist())
         return cls(band.name, band.role, band.page_bytes, lo, hi, len(holes), lambda k: holes[:max(0, k)])
 
     @property
@@ -411,14 +416,14 @@ def size_ends(fit: Callable[[int, int], bool], low: EndSeq, high: EndSeq) -> tup
 
 
 def relayout_float(band: Band, win_lo: int, win_hi: int, pages: int, hint: int, obstacles: list[int]
-                   ) -> tuple[list[tuple[int, int]], tuple[int, int], View] | None:
+                   ) -> tuple[tuple[np.ndarray, np.ndarray], tuple[int, int], View] | None:
     """A span ``[t, t + need)`` inside the window for the float's live and withheld pages plus ``pages`` new
     ones, covering its immovable slots (``obstacles``, sorted), as near its current start (or its hint) as
     the window allows; its live pages outside the span fill the lowest free slots of the span."""
     p = band.page_bytes
     need = len(band.live) + len(band.withheld) + pages
     if need == 0:
-        return [], (0, 0), View.fixed(band, 0, 0, [])
+        return (_NO, _NO), (0, 0), View.fixed(band, 0, 0, [])
     t_min, t_max = cdiv(win_lo, p), win_hi // p - need
     if obstacles:
         need = max(need, obstacles[-1] - obstacles[0] + 1)
@@ -427,19 +432,28 @@ def relayout_float(band: Band, win_lo: int, win_hi: int, pages: int, hint: int, 
     if t_min > t_max:
         return None
     t = clamp(hint // p if band.empty else band.lo, t_min, t_max)
-    end = t + need
-    outside = concat(range(band.lo, min(band.hi, t)), range(max(band.lo, end), band.hi))
-    sources = [s for s in outside if s in band.live]
-    if band.empty:
-        free = list(range(t, end))
-    else:  # ascending: gap slots below the span, its holes, gap slots above it
-        free = [*range(t, min(end, band.lo)), *band.holes.irange(t, end - 1), *range(max(t, band.hi), end)]
-    assert len(free) >= len(sources), "planner bug: the span has no room for the float's own pages"
-    return list(zip(sources, free)), (t, end), View.fixed(band, t, end, free[len(sources):])
+    return _retarget_plan(band, t, t + need)
+
+
+def _retarget_plan(band: Band, t: int, end: int) -> tuple[tuple[np.ndarray, np.ndarray], tuple[int, int], View]:
+    """The float moved onto ``[t, end)``: its live pages outside the span (ascending) to the span's free slots
+    (ascending: gap slots below the band, its holes, gap slots above it), and its view after that. Numpy over
+    the band's p->v and one slice of the sorted holes: no walk over the slots in Python."""
+    arr = band.live.arr  # type: ignore[attr-defined]
+    parts = [np.flatnonzero(arr[a:b] >= 0) + a for a, b in ((band.lo, min(band.hi, t)), (max(band.lo, end), band.hi))
+             if b > a]
+    src = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+    b_lo, b_hi = (band.lo, band.hi) if not band.empty else (end, end)
+    h = band.holes
+    inner = h[h.bisect_left(max(t, b_lo)):h.bisect_left(min(end, b_hi))] if min(end, b_hi) > max(t, b_lo) else []
+    free = np.concatenate([np.arange(t, min(end, b_lo), dtype=np.int64), np.asarray(inner, dtype=np.int64),
+                           np.arange(max(t, b_hi), end, dtype=np.int64)])
+    assert len(free) >= len(src), "planner bug: the span has no room for the float's own pages"
+    return (src.astype(np.int64), free[:len(src)]), (t, end), View.fixed(band, t, end, free[len(src):])
 
 
 def relayout_fewest(band: Band, win_lo: int, win_hi: int, pages: int, hint: int, obstacles: list[int]
-                    ) -> tuple[list[tuple[int, int]], tuple[int, int], View] | None:
+                    ) -> tuple[tuple[np.ndarray, np.ndarray], tuple[int, int], View] | None:
     """The default rung 3 for one float: move the fewest pages. Every arrangement of the float lies inside the
     aligned window ``[ceil(win_lo/p), win_hi // p)``, so its live pages outside the window move in all of them;
     only those move. Target span: the float's span (its hint slot when empty) clipped to the window, widened by
@@ -447,7 +461,7 @@ def relayout_fewest(band: Band, win_lo: int, win_hi: int, pages: int, hint: int,
     p = band.page_bytes
     need = len(band.live) + len(band.withheld) + pages
     if need == 0:
-        return [], (0, 0), View.fixed(band, 0, 0, [])
+        return (_NO, _NO), (0, 0), View.fixed(band, 0, 0, [])
     lo, hi = (band.lo, band.hi) if not band.empty else (hint // p, hint // p)
     w_lo, w_hi = cdiv(win_lo, p), win_hi // p
     if w_hi - w_lo < need or (obstacles and not w_lo <= obstacles[0] <= obstacles[-1] < w_hi):
@@ -455,15 +469,7 @@ def relayout_fewest(band: Band, win_lo: int, win_hi: int, pages: int, hint: int,
     c_lo, c_hi = clamp(lo, w_lo, w_hi), clamp(hi, w_lo, w_hi)
     lack = max(0, need - (c_hi - c_lo))
     up = min(lack, w_hi - c_hi)
-    t, end = c_lo - (lack - up), c_hi + up
-    arr = band.live.arr  # type: ignore[attr-defined]
-    sources = [a + i for a, b in ((band.lo, min(band.hi, t)), (max(band.lo, end), band.hi)) if b > a
-               for i in np.flatnonzero(arr[a:b] >= 0).tolist()]
-    b_lo, b_hi = (band.lo, band.hi) if not band.empty else (end, end)
-    free = [*range(t, min(end, b_lo)), *band.holes.irange(max(t, b_lo), min(end, b_hi) - 1),
-            *range(max(t, b_hi), end)]
-    assert len(free) >= len(sources), "planner bug: the span has no room for the float's own pages"
-    return list(zip(sources, free)), (t, end), View.fixed(band, t, end, free[len(sources):])
+    return _retarget_plan(band, c_lo - (lack - up), c_hi + up)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -571,9 +577,8 @@ class Ladder:
                 sorted(band.withheld | used))
             if r is None:
                 return None
-            pairs, span, views[i] = r
-            runs.append((band.name, np.array([s for s, _ in pairs], dtype=np.int64),
-                         np.array([d for _, d in pairs], dtype=np.int64)))
+            (src, dst), span, views[i] = r
+            runs.append((band.name, src, dst))
             spans[band.name] = span
             if span[1] > span[0]:
                 win_lo = span[1] * band.page_bytes
