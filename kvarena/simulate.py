@@ -273,7 +273,8 @@ def budget_of(w: Workload, args: argparse.Namespace) -> tuple[int, str]:
         return int(args.capacity_gib * GiB), f"--capacity-gib {args.capacity_gib:g}"
     if args.mem_fraction is None and w.calibration is not None and w.calibration.gib > 0:
         c = w.calibration
-        return int(c.gib * GiB), f"calibrated on the published split figure: {c.fitted}"
+        what = "calibrated on the published split figure" if w.published is not None else "the preset's budget"
+        return int(c.gib * GiB), f"{what}: {c.fitted}"
     return sglang_budget(w.model, args.mem_fraction or 0.9)
 
 

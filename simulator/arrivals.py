@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,92 @@ class Arrival:
     phase: str = ""
     ignore_eos: bool = False
     max_new_tokens: int = 0  # what the scheduler reserves for; 0: the output length (known exactly)
+    prefix: str = ""  # the prompt starts with this shared context (prefix.py: a system prompt, an earlier turn)
+    prefix_tokens: int = 0  # ... of this many tokens
+    cache_as: str = ""  # cache the whole context under this key when the request completes (a session's turn)
+    session: int = -1  # the session (closed-loop client) it belongs to: its next turn follows its completion
+
+
+@dataclass(frozen=True)
+class Sharing:
+    """How a workload's prompts share prefixes: ``system_tokens`` of each prompt are one of ``system_prompts``
+    shared system prompts (request i uses prompt i mod that), and each closed-loop client runs sessions of
+    ``turns`` turns: turn k's prompt is turn k-1's prompt and output plus the workload's input."""
+
+    system_tokens: int = 0
+    system_prompts: int = 1
+    turns: int = 1
+
+    def context(self, inp: int, out: int) -> int:
+        """The longest context of a session: system prompt, then ``turns`` x (input + output)."""
+        return self.system_tokens + self.turns * (inp + out)
+
+    def describe(self) -> str:
+        parts = []
+        if self.system_tokens:
+            parts.append(f"{self.system_prompts} shared system prompt(s) of {self.system_tokens:,} tokens")
+        if self.turns > 1:
+            parts.append(f"sessions of {self.turns} turns")
+        return ", ".join(parts)
+
+    def tag(self, a: Arrival, i: int) -> Arrival:
+        """Request ``i`` (a single-turn source): its system prompt as the prefix, prepended to its input."""
+        if not self.system_tokens:
+            return a
+        key = f"sys{i % self.system_prompts}"
+        return replace(a, input_tokens=a.input_tokens + self.system_tokens, prefix=key,
+                       prefix_tokens=self.system_tokens)
+
+
+class Sessions:
+    """``clients`` closed-loop clients, each running sessions of ``sharing.turns`` turns: a turn is sent
+    when the client's previous one completes, its prompt the previous context plus ``shape``'s input, its
+    prefix that context (cached by the previous turn, ``cache_as``)."""
+
+    shares_prefixes = True  # the scheduler runs a prefix cache for it (prefix.py)
+
+    def __init__(self, clients: int, total: int, shape: Shape, sharing: Sharing, tag: str = "",
+                 ignore_eos: bool = False) -> None:
+        self.total, self.shape, self.sharing, self.tag, self.ignore_eos = total, shape, sharing, tag, ignore_eos
+        n = min(clients, total)
+        self._ready: list[tuple[float, int]] = [(0.0, c) for c in range(n)]  # (time, client)
+        self._turn = [0] * n  # the client's next turn
+        self._ctx = [0] * n  # its session's context so far (tokens)
+        self._sess = list(range(n))  # its current session id
+        self._next_session = n
+        self._issued = 0
+
+    def _make(self, at: float, c: int) -> Arrival:
+        i = self._issued
+        self._issued += 1
+        inp, out = self.shape(i)
+        sh, k, sess = self.sharing, self._turn[c], self._sess[c]
+        if k == 0:
+            key, pre = (f"sys{sess % sh.system_prompts}", sh.system_tokens) if sh.system_tokens else ("", 0)
+            prompt = sh.system_tokens + inp
+        else:
+            key, pre = f"s{sess}t{k - 1}", self._ctx[c]
+            prompt = self._ctx[c] + inp
+        last = k + 1 >= sh.turns
+        self._ctx[c] = prompt + out
+        self._turn[c] = 0 if last else k + 1
+        if last:
+            self._sess[c], self._next_session = self._next_session, self._next_session + 1
+        return Arrival(at, prompt, out, self.tag, self.ignore_eos, prefix=key, prefix_tokens=pre,
+                       cache_as="" if last else f"s{sess}t{k}", session=c)
+
+    def due(self, clock: float) -> list[Arrival]:
+        out = [self._make(t, c) for t, c in self._ready if t <= clock]
+        self._ready = [(t, c) for t, c in self._ready if t > clock]
+        return out
+
+    def next_time(self) -> float | None:
+        return min(t for t, _ in self._ready) if self._ready else None
+
+    def completed(self, clock: float, arrival: Arrival | None = None) -> None:
+        if self._issued + len(self._ready) < self.total:
+            c = arrival.session if arrival is not None and arrival.session >= 0 else 0
+            self._ready.append((clock, c))
 
 
 Shape = Callable[[int], tuple[int, int]]  # request index -> (input tokens, output tokens)
@@ -97,7 +183,7 @@ class TraceSource:
     def next_time(self) -> float | None:
         return self.arrivals[self._next].step if self._next < self.total else None
 
-    def completed(self, clock: float) -> None:
+    def completed(self, clock: float, arrival: Arrival | None = None) -> None:
         pass
 
 
@@ -121,7 +207,7 @@ class ClosedLoop:
     def next_time(self) -> float | None:
         return min(self._ready) if self._ready else None
 
-    def completed(self, clock: float) -> None:
+    def completed(self, clock: float, arrival: Arrival | None = None) -> None:
         if self._issued + len(self._ready) < self.total:
             self._ready.append(clock)
 

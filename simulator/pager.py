@@ -80,13 +80,28 @@ class Pager:
             out.update(dict.fromkeys(self.state, self.state_slots))
         return out
 
-    def admit(self, rid: int, tokens: int, transient: bool = False, request: tuple[int, int] | None = None) -> None:
+    def admit(self, rid: int, tokens: int, transient: bool = False, request: tuple[int, int] | None = None,
+              shared: list[int] = (), state_src: int | None = None) -> None:
         """Admit ``rid`` holding ``tokens``; ``request`` = (prompt, max new tokens) for an engine that builds
-        its own request object (``describe``: the vLLM manager counts tokens, not pages)."""
+        its own request object (``describe``: the vLLM manager counts tokens, not pages). A prefix-cache hit
+        passes the cached full pages as ``shared`` and its state page as ``state_src`` (copied, not shared)."""
         if request is not None and hasattr(self.alloc, "describe"):
             self.alloc.describe(f"r{rid}", *request)
-        got = self.alloc.admit(f"r{rid}", self._chunk_demand(0, tokens, transient, True)).pages
-        self.vids[rid] = {c: list(got.get(c, ())) for c in self.alloc.order}
+        owner = f"r{rid}"
+        demand = self._chunk_demand(len(shared), tokens, transient, True)
+        if state_src is not None:
+            for c in self.state:
+                demand[c] -= 1
+        got = self.alloc.admit(owner, demand, shared=list(shared)).pages
+        v = {c: list(got.get(c, ())) for c in self.alloc.order}
+        v[self.full][:0] = shared
+        if state_src is not None:
+            try:
+                v[self.state[0]].insert(0, self.alloc.copy_state(owner, state_src))
+            except Exception:
+                self.alloc.free(owner)
+                raise
+        self.vids[rid] = v
 
     def extend_to(self, rid: int, tokens: int, transient: bool = False) -> int:
         """Hold ``tokens`` of context: extend the full pages (and window pages alongside). Returns ops."""

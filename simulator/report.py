@@ -50,6 +50,8 @@ class Outcome:
     decode_steps: int
     operations: int
     wall_s: float
+    prefix_cache: str = ""  # "on", "off: why", "" (the workload shares no prefix)
+    prefix: dict = field(default_factory=dict)  # lookups, hits, hit_rate, token_hit_rate, tokens_hit, evicted
     series: dict = field(default_factory=dict, repr=False)
 
     def __getattr__(self, name: str) -> float:  # o.ttft_p99_s etc.
@@ -88,7 +90,15 @@ def outcome(c, r: RunResult, series: dict, implementation: str, cap: int | None,
         c.label, c.kind, implementation, c.swa_ratio, c.mamba_ratio, r.requests, r.completed, r.max_active, cap,
         r.mean_active, r.retractions, 1000 * r.retractions / max(1, r.completed), r.bytes_moved.get(2, 0),
         r.bytes_moved.get(3, 0), sum(r.moves.values()), r.output_tokens / r.clock if r.clock else 0.0,
-        latencies(r, slo), r.clock, r.peak_utilization, r.steps, r.decode_steps, r.operations, r.wall_s, series)
+        latencies(r, slo), r.clock, r.peak_utilization, r.steps, r.decode_steps, r.operations, r.wall_s,
+        r.prefix_cache, _prefix(r.prefix), series)
+
+
+def _prefix(p: dict[str, int]) -> dict:
+    if not p:
+        return {}
+    return {**p, "hit_rate": p["hits"] / max(1, p["lookups"]),
+            "token_hit_rate": p["tokens_hit"] / max(1, p["tokens_asked"])}
 
 
 @dataclass
@@ -124,6 +134,8 @@ ROWS: list[tuple[str, Callable[[Outcome], str]]] = [
     ("retractions per 1,000", lambda o: f"{o.retractions_per_1k:,.1f}"),
     ("moved: compaction", lambda o: gib(o.bytes_moved_compaction)),
     ("moved: relayout", lambda o: gib(o.bytes_moved_relayout)),
+    ("prefix cache: hits / tokens hit", lambda o: (o.prefix_cache or "-") if not o.prefix else
+     f"{100 * o.prefix['hit_rate']:.1f} % / {100 * o.prefix['token_hit_rate']:.1f} %, {o.prefix['evicted']:,} evicted"),
     ("modeled throughput (tok/s)", lambda o: f"{o.throughput_tok_s:,.0f}"),
     ("TTFT p50 / p90 / p99 (s)", lambda o: f"{o.ttft_p50_s:,.2f} / {o.ttft_p90_s:,.2f} / {o.ttft_p99_s:,.2f}"),
     ("TPOT p50 / p99 (ms)", lambda o: f"{_ms(o.tpot_p50_s)} / {_ms(o.tpot_p99_s)}"),

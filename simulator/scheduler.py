@@ -29,10 +29,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kvarena.reference.invariants import check_all
-from kvarena.simulator import rules
+from kvarena.simulator import prefix, rules
 from kvarena.simulator.arrivals import Arrival
 from kvarena.simulator.costmodel import StepWork
 from kvarena.simulator.pager import Pager
+from kvarena.simulator.prefix import PrefixCache
 from kvarena.spec.errors import AdmissionRejectedError, InvariantViolation
 from kvarena.spec.types import UserKind
 
@@ -59,6 +60,7 @@ class SchedulerModel:
     clip_new_tokens: int | None = rules.CLIP_MAX_NEW_TOKENS  # cap on one request's reserved output
     state_slots: int = 1 + rules.mamba_tracking_slots()  # recurrent slots a running request holds
     max_running: int | None = None  # running-request cap (rules.max_running_requests / mamba_max_running)
+    prefix_cache: bool = True  # SGLang's radix cache (on unless --disable-radix-cache): prefix.py
     forward_requests: int = 4  # requests whose pages a forward pass holds in the ledger
     check_every: int = 200  # steps between full invariant checks (O(arena) each); 0: at the end only
     # the idle-time flush (Arena.flush_idle, SGLang's flush_opportunistic from Scheduler.on_idle,
@@ -120,17 +122,20 @@ class RunResult:
     bytes_moved: dict[int, int] = field(default_factory=dict)
     rung_used: dict[int, int] = field(default_factory=dict)
     peak_utilization: float = 0.0
+    prefix_cache: str = ""  # "on", "off: <why>", or "" when the workload shares no prefix
+    prefix: dict[str, int] = field(default_factory=dict)  # lookups, hits, tokens_hit, tokens_asked, evicted
     invariant_checks: int = 0
     operations: int = 0
     wall_s: float = 0.0
 
 
 class _Req:
-    __slots__ = ("admit_step", "arrival", "cap", "dec_start", "done", "eos", "epoch", "finish", "first_admit", "input",
-                 "orig_cap", "orig_in", "orig_out", "output", "pos", "rfinish", "rid", "ttft")
+    __slots__ = ("a", "admit_step", "arrival", "cap", "dec_start", "done", "entry", "eos", "epoch", "finish",
+                 "first_admit", "input", "orig_cap", "orig_in", "orig_out", "output", "pos", "rfinish", "rid", "ttft")
 
     def __init__(self, rid: int, a: Arrival) -> None:
         self.rid, self.arrival, self.input, self.output = rid, a.step, a.input_tokens, a.output_tokens
+        self.a, self.entry = a, None  # entry: the prefix-cache entry it holds locked
         self.orig_in, self.orig_out, self.eos = a.input_tokens, a.output_tokens, a.ignore_eos
         self.cap = self.orig_cap = max(a.max_new_tokens, a.output_tokens)  # max_new_tokens: what is reserved
         self.admit_step = self.dec_start = self.finish = self.rfinish = self.first_admit = self.pos = -1
@@ -193,6 +198,13 @@ class Scheduler:
         self.retracted_this_step = False
         self.admitting = False
         self.moved_before = sum(alloc.stats.bytes_moved.values())
+        self.cache: PrefixCache | None = None
+        if model.prefix_cache and getattr(source, "shares_prefixes", False):
+            if prefix.supported(alloc):
+                self.cache = PrefixCache(alloc, self.pg)
+                self.res.prefix_cache = "on"
+            else:
+                self.res.prefix_cache = "off: the engine has no share / copy_state"
 
     # ---- reserve bookkeeping ------------------------------------------------------------------------
 
@@ -265,9 +277,15 @@ class Scheduler:
             return self.chunked[0] if self.chunked else None
         return min(self.decoding.values(), key=lambda r: rules.retraction_key(self.decoded(r), r.orig_in))
 
+    def unlock(self, r: _Req) -> None:
+        if r.entry is not None:
+            self.cache.unlock(r.entry)
+            r.entry = None
+
     def retract(self, r: _Req) -> None:
         gen = max(0, self.t - r.dec_start - 1) if r.rid in self.decoding else 0  # this step's token is lost with it
         self.pg.free(r.rid)
+        self.unlock(r)
         self.unlink(r)
         if self.chunked and self.chunked[0] is r:
             self.chunked.clear()
@@ -303,10 +321,11 @@ class Scheduler:
                 self.res.operations += 1
                 return op()
             except AdmissionRejectedError:
-                if not self.users:
+                if self.users:
+                    self.settle()
+                    self.res.forward_waits += 1
+                elif self.cache is None or not self.cache.evict_one():  # evictable cache is free memory
                     return None
-                self.settle()
-                self.res.forward_waits += 1
 
     def on_grow(self, r: _Req) -> None:
         while True:
@@ -341,13 +360,16 @@ class Scheduler:
                 self.on_grow(r)
         for r, ep in self.fin.pop(t, ()):
             if ep == r.epoch:
+                if self.cache is not None and r.a.cache_as:  # the session's next turn starts with this context
+                    self.cache.insert(r.a.cache_as, r.rid, r.orig_in + r.orig_out)
                 self.pg.free(r.rid)
+                self.unlock(r)
                 self.unlink(r)
                 self.res.completed += 1
                 self.res.output_tokens += r.orig_out
                 self.res.operations += 1
                 self.just_finished.append(r)
-                self.source.completed(self.clock)
+                self.source.completed(self.clock, r.a)
         self.res.decode_steps += 1
         if self.retracted_this_step and self.m.ratio_after_retract == "estimate":
             self.after_retractions()
@@ -358,6 +380,8 @@ class Scheduler:
     def check_decode_mem(self, crossing: list[tuple[_Req, int]]) -> None:
         """Retract in victim order until this step's page needs fit (``ScheduleBatch.retract_decode``)."""
         while not self.pg.fits(self.pg.step_demand([r.rid for r, ep in crossing if ep == r.epoch]), 0):
+            if self.cache is not None and self.cache.evict_one():
+                continue
             victim = self.victim()
             if victim is None:
                 return
@@ -376,7 +400,10 @@ class Scheduler:
         while True:
             target = r.done + c
             if first:
-                ops = self.with_wait(lambda t=target: pg.admit(r.rid, t, m.transient_window, (r.input, r.cap)) or 1)
+                e = r.entry
+                ops = self.with_wait(lambda t=target, e=e: pg.admit(
+                    r.rid, t, m.transient_window, (r.input, r.cap), e.full if e else (),
+                    e.state if e else None) or 1)
             else:
                 ops = self.with_wait(lambda t=target: pg.extend_to(r.rid, t, m.transient_window) or 1)
             if ops is not None:
@@ -394,6 +421,9 @@ class Scheduler:
         r.done = target
         if m.transient_window and pg.keep:
             self.trims.append(r)
+        a = r.a
+        if self.cache is not None and a.prefix and r.done >= a.prefix_tokens and r.entry is None:
+            self.cache.insert(a.prefix, r.rid, a.prefix_tokens)  # the radix tree now holds its prefix
         if r.done == r.input:
             self.chunked.clear()
             self.start_decode(r)
@@ -420,7 +450,15 @@ class Scheduler:
             if cap is not None and len(self.active) >= cap:
                 return
             r = self.queue[0]
-            if self.active and not self.pg.fits(self.admission_demand(r, budget), self.reserve_tokens(r)):
+            e = self.cache.peek(r.a.prefix, r.a.prefix_tokens, r.input) if self.cache is not None else None
+            if e is not None:
+                self.cache.lock(e)  # not evicted to make room for its own hit
+                r.entry, r.done = e, e.tokens
+            demand, reserve = self.admission_demand(r, budget), self.reserve_tokens(r)
+            if self.active and not self.pg.fits(demand, reserve) and not (
+                    self.cache is not None and self.cache.evict_until(lambda d=demand, x=reserve: self.pg.fits(d, x))):
+                self.unlock(r)
+                r.done = 0
                 self.res.rejected_headroom += 1
                 return
             r.admit_step, r.pos = self.step, len(self.pool)
@@ -429,12 +467,16 @@ class Scheduler:
             self.rs.pending += self.out_reserve(r.cap)
             got = self.prefill_chunk(r, budget, True)
             if got is None:
+                self.unlock(r)
+                r.done = 0
                 del self.active[r.rid]
                 self.pool.pop()
                 self.rs.pending -= self.out_reserve(r.cap)
                 self.res.rejected_ladder += 1
                 return
             self.queue.popleft()
+            if self.cache is not None and r.a.prefix:
+                self.cache.record(r.entry, r.a.prefix_tokens)
             r.first_admit = self.step if r.first_admit < 0 else r.first_admit
             if self.chunked:
                 return
@@ -442,11 +484,12 @@ class Scheduler:
 
     def admission_demand(self, r: _Req, chunk: int | None) -> dict[str, int]:
         """Pages the queue head must find free (its prompt; the SGLang window estimate per window class)."""
+        todo = r.input - (r.entry.tokens if r.entry is not None else 0)  # a cache hit's pages exist already
         if not (self.m.swa_admission and self.pg.windows):
-            return self.pg.prompt_demand(r.input)
+            return self.pg.prompt_demand(todo)
         new = self.out_reserve(r.cap)
-        return self.pg.prompt_demand(r.input, {w: rules.swa_admission_tokens(r.input, new, n, self.pt, chunk)
-                                               for w, n in self.pg.windows.items()})
+        return self.pg.prompt_demand(todo, {w: rules.swa_admission_tokens(r.input, new, n, self.pt, chunk)
+                                            for w, n in self.pg.windows.items()})
 
     def enqueue(self) -> None:
         for a in self.source.due(self.clock):
@@ -571,6 +614,11 @@ class Scheduler:
                 self.clock = float(self.step)
         for uid in self.users:
             self.alloc.release(uid)
+        if self.cache is not None:
+            st = self.cache.stats
+            res.prefix = {"lookups": st.lookups, "hits": st.hits, "tokens_hit": st.tokens_hit,
+                          "tokens_asked": st.tokens_asked, "inserted": st.inserted, "evicted": st.evicted}
+            self.cache.drop_all()
         self.do_check()  # the end state, ledger empty
         s = self.alloc.stats
         res.admitted, res.steps, res.clock = s.admitted, self.step, self.clock

@@ -28,7 +28,17 @@ import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from kvarena.simulator.arrivals import Arrival, ClosedLoop, Lengths, TraceSource, fixed_rows, poisson, saturated
+from kvarena.simulator.arrivals import (
+    Arrival,
+    ClosedLoop,
+    Lengths,
+    Sessions,
+    Sharing,
+    TraceSource,
+    fixed_rows,
+    poisson,
+    saturated,
+)
 from kvarena.spec.errors import ConfigError
 from kvarena.spec.models import DEFAULT_SWA_FULL_TOKENS_RATIO, PRESETS, preset
 
@@ -72,6 +82,7 @@ class Workload:
     published: Published | None = None
     calibration: Calibration | None = None
     extra: dict[str, str] = field(default_factory=dict)
+    sharing: Sharing = field(default_factory=Sharing)  # shared system prompts, multi-turn sessions (prefix.py)
 
     def count(self, scale: float = 1.0) -> int:
         if self.arrivals:
@@ -81,7 +92,10 @@ class Workload:
     def max_context(self) -> int:
         if self.arrivals:
             return max(a.input_tokens + a.output_tokens for a in self.arrivals)
-        return self.lengths.max_tokens()
+        sh = self.sharing
+        if sh.turns > 1 and self.clients:
+            return sh.context(self.lengths.max_tokens() - self.lengths.max_output(), self.lengths.max_output())
+        return self.lengths.max_tokens() + sh.system_tokens
 
     def eos(self) -> bool:
         """ignore_eos for the requests: fixed lengths only (drawn lengths end at their EOS)."""
@@ -91,12 +105,16 @@ class Workload:
         if self.arrivals:
             return TraceSource(self.arrivals)
         shape, n, eos = self.lengths.shape(seed), self.count(scale), self.eos()
-        if self.rate is not None:
+        if self.sharing.turns > 1 and self.clients:
+            src = Sessions(self.clients, n, shape, self.sharing, self.name, eos)
+        elif self.rate is not None:
             src = poisson(self.rate, n, shape, seed, self.name, eos)
         elif self.clients is None:
             src = saturated(n, shape, self.name, eos)
         else:
             src = ClosedLoop(self.clients, n, shape, self.name, eos)
+        if self.sharing.system_tokens and not isinstance(src, Sessions):
+            src = _Tagged(src, self.sharing)
         # EOS-terminated requests: the scheduler knows only max_new_tokens, the longest output drawn
         return src if eos else _WithCap(src, self.lengths.max_output())
 
@@ -111,7 +129,8 @@ class Workload:
             load = f"{self.clients} clients (closed loop)"
         else:
             load = "all arrive at t = 0 (saturated queue)"
-        return f"{self.model}, {self.lengths.describe()}, {load}, {self.count():,} requests"
+        share = f", {self.sharing.describe()}" if self.sharing.describe() else ""
+        return f"{self.model}, {self.lengths.describe()}, {load}, {self.count():,} requests{share}"
 
     def with_load(self, clients: int | None = None, rate: float | None = None, requests: int | None = None
                   ) -> Workload:
@@ -128,11 +147,34 @@ class Workload:
         return replace(self, lengths=lengths, name=f"{self.name}+{lengths.kind}")
 
 
+class _Tagged:
+    """A single-turn source whose prompts start with one of the workload's shared system prompts."""
+
+    shares_prefixes = True
+
+    def __init__(self, src, sharing: Sharing) -> None:
+        self.src, self.sharing, self.total, self._i = src, sharing, src.total, 0
+
+    def due(self, clock: float) -> list[Arrival]:
+        out = []
+        for a in self.src.due(clock):
+            out.append(self.sharing.tag(a, self._i))
+            self._i += 1
+        return out
+
+    def next_time(self) -> float | None:
+        return self.src.next_time()
+
+    def completed(self, clock: float, arrival: Arrival | None = None) -> None:
+        self.src.completed(clock, arrival)
+
+
 class _WithCap:
     """A source whose requests carry ``max_new_tokens`` = the distribution's longest output."""
 
     def __init__(self, src, cap: int) -> None:
         self.src, self.cap, self.total = src, cap, src.total
+        self.shares_prefixes = getattr(src, "shares_prefixes", False)
 
     def due(self, clock: float) -> list[Arrival]:
         return [replace(a, max_new_tokens=self.cap) for a in self.src.due(clock)]
@@ -140,8 +182,8 @@ class _WithCap:
     def next_time(self) -> float | None:
         return self.src.next_time()
 
-    def completed(self, clock: float) -> None:
-        self.src.completed(clock)
+    def completed(self, clock: float, arrival: Arrival | None = None) -> None:
+        self.src.completed(clock, arrival)
 
 
 def _fixed(i: int, o: int) -> Lengths:
@@ -174,6 +216,12 @@ PRESET_WORKLOADS: dict[str, Workload] = {w.name: w for w in (
     Workload("gpt-oss-20b-ratio", summary="--swa-full-tokens-ratio 0.1 vs the default 0.8, workload of gpt-oss-20b-max",
              swa_ratios=(DEFAULT_SWA_FULL_TOKENS_RATIO, 0.1), **_GPT_OSS_MAX, calibration=_GPT_OSS_CAL,
              published=Published("ratio_throughput", None, 0.88, "ratio 0.1 costs ~12% throughput")),
+    # No published figure: a chat service (prefix.py). 4 system prompts of 2,048 tokens, sessions of 4 turns
+    # (512 in / 256 out each), 256 clients: the radix cache's hit rate and its evictions under a tight budget.
+    Workload("gpt-oss-20b-chat", "gpt-oss-20b", "multi-turn chat (no published figure): shared system prompts "
+             "and earlier turns hit the prefix cache", _fixed(512, 256), 256, requests=2048,
+             calibration=Calibration(8.0, "8 GiB, not fitted: a budget where the cache must evict"),
+             sharing=Sharing(system_tokens=2048, system_prompts=4, turns=4)),
     # No published figure: the one preset with a float band (state | window | full) at the H200 budget.
     Workload("hymba-1.5b-6k-2k", "hymba-1.5b", "three classes (no published figure): the window float moves (rung "
              "3) while state, window and full pages share the arena", _fixed(6144, 2048), None, requests=4000),
