@@ -126,14 +126,14 @@ def test_graph_vector_replays_with_the_padding_predicate_in_the_reference() -> N
 torch = pytest.importorskip("torch")
 
 
-def _padded_gpu(mutant: bool = False, foreign: bool = False):
+def _padded_gpu(mutant: bool = False, foreign: bool = False, sentinel: bool = False):
     from kvarena.gpu.allocator import GpuArena
 
     class PaddedGpu(GpuArena):
         """gpu/ with a fixed-width graph step after every operation: for every class, ``translate_tokens`` of
         (optionally) foreign ids plus ``WIDTH`` lanes, and garbage written through every lane that is not an owned
         token, at ``lane * entry_bytes`` (a pointer-based store kernel, which writes every lane). ``mutant`` moves
-        the padding entry to the last entry inside the arena."""
+        the padding entry to the last entry inside the arena; ``sentinel`` translates with ``-1`` in its place."""
 
         def pad_entry(self, cls: str) -> int:
             return super().pad_entry(cls) - (1 if mutant else 0)
@@ -141,9 +141,12 @@ def _padded_gpu(mutant: bool = False, foreign: bool = False):
         def _graph_step(self) -> None:
             for cls in self.order:
                 e = self.mem.layouts[cls].entry_bytes
-                ids = [-1, -5, 1 << 40] if foreign else []
+                ids = []
+                if foreign:  # negative, past the id space, and tokens of live pages of the other classes
+                    others = [v for v, (c2, _s) in self.observe().v2p.items() if c2 != cls][:2]
+                    ids = [-1, -5, 1 << 40] + [v * self.mem.epp[cls] for v in others]
                 lanes = torch.full((WIDTH,), -7, dtype=torch.int64)
-                pad = self.pad_entry(cls)
+                pad = -1 if sentinel else self.pad_entry(cls)
                 from kvarena.gpu.kernels.translate import translate_tokens
 
                 translate_tokens(torch.tensor(ids, dtype=torch.int64), self.tables.row(cls), self.mem.epp[cls],
@@ -192,3 +195,30 @@ def test_padding_writes_at_the_mutant_entry_corrupt_a_live_page_on_gpu() -> None
 def test_foreign_ids_go_to_the_padding_entry_on_gpu() -> None:
     r = replay(load(GRAPH), _padded_gpu(foreign=True), "exact")
     assert r.status == "passed", r.message
+
+
+def test_a_sentinel_in_place_of_the_padding_entry_is_caught() -> None:
+    r = replay(load(GRAPH), _padded_gpu(foreign=True, sentinel=True), "exact")
+    assert r.status == "failed" and "INV-NO-OVERLAP" in r.message, r.message
+
+
+def test_gpu_translate_tokens_agrees_with_the_reference_on_every_kind_of_lane() -> None:
+    from kvarena.gpu.allocator import make
+
+    config = _config()
+    ref, gpu = Arena(config), make(config)
+    for a in (ref, gpu):
+        a.admit("a", {"state": 1, "window": 2, "full": 3})
+        a.admit("b", {"state": 1, "window": 1, "full": 1})
+        a.free("a")
+        a.admit("c", {"state": 1, "full": 2})
+    assert ref.v2p == {v: gpu.translate(v) for v in ref.v2p}
+    epp = config.page_size
+    freed = max(ref.v2p) + 1  # never bound
+    for cls in ref.order:
+        n = 1 if cls == "state" else epp
+        ids = [v * n + i for v in sorted(ref.v2p) for i in range(n)] + [-1, -n, freed * n, 1 << 40]
+        want = ref.translate_tokens(cls, ids, out_width=len(ids) + 3)
+        got = gpu.translate_tokens(cls, torch.tensor(ids, dtype=torch.int64), out_width=len(ids) + 3)
+        assert got.tolist() == want, cls
+        assert gpu.pad_entry(cls) == ref.pad_entry(cls)
