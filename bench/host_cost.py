@@ -23,6 +23,7 @@ interquartile range.
 * **compaction** of K holes (``compact()``, host planning plus the CPU copies of tiny pages), per moved page, on
   one arena per K that is fragmented, compacted and freed again every repetition (its memory touched, as an
   engine's arena is after warm-up: a fresh arena per repetition times page faults, not the allocator).
+* **relayout** of a float band (toy-tri): the float pages a stand-alone ``relayout`` moves, per moved page.
 * **translate_tokens** of 1e5 ids into a preallocated ``out``.
 * launches (table scatters, zero and move launches) and uploads (staged copies) per call.
 """
@@ -199,6 +200,43 @@ def compaction_rows(model: str, ks: list[int], reps: int) -> list[str]:
     return rows
 
 
+def relayout_rows(extras: list[int], reps: int) -> list[str]:
+    """Stand-alone ``relayout`` of a float band (toy-tri, 8 MiB: 4,096 live window pages in one run at their
+    hint) for a high-band demand ``extra`` pages past the room above the float: the float moves down, its pages
+    outside the new span move (half of ``extra``: a window page is twice a full page). Warm arena, as above."""
+    from kvarena.gpu.allocator import make
+    from kvarena.spec.models import ArenaConfig, preset
+
+    gpu = make(ArenaConfig(preset("toy-tri"), 8 << 20, page_size=4, max_context_len=16))
+    f, hi = gpu.order[1], gpu.order[-1]
+    n = 4096
+    owners = [f"w{i}" for i in range(n)]
+    d = np.zeros((n, len(gpu.order)), dtype=np.int64)
+    d[:, 1] = 1
+    rows = []
+    for extra in extras:
+        samples, moved = [], 0
+        for rep in range(reps + 1):  # the first: warm-up (untimed)
+            gpu.admit_batch(owners, d)
+            fb, hb = gpu.bands[f], gpu.bands[hi]
+            room = (hb.lo * hb.page_bytes - fb.hi * fb.page_bytes) // hb.page_bytes
+            gc.disable()
+            try:
+                t0 = time.perf_counter()
+                plan = gpu.relayout({hi: room + extra})
+                t = time.perf_counter() - t0
+            finally:
+                gc.enable()
+            gpu.free_batch(owners)
+            moved = len(plan.moves)
+            assert moved, f"relayout for {extra} pages past the room moved nothing"
+            if rep:
+                samples.append(t)
+        m, iqr = _stats(samples)
+        rows.append(f"| {extra:,} | {moved:,} | {_fmt(m, iqr)} | {m / moved * 1e6:.2f} |")
+    return rows
+
+
 def translate_row(config: object, n_ids: int, reps: int) -> str:
     import torch
 
@@ -252,6 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     t_start = time.perf_counter()
     rows, summary = decode_rows(config, ns, reps, rng)
     comp = compaction_rows(args.model, ks, max(3, reps // 3))
+    rel = relayout_rows([200] if args.smoke else [500, 2000], max(3, reps // 3))
     tr = translate_row(config, 10_000 if args.smoke else 100_000, reps)
     big = max(ns)
     verdicts = [f"- extend_batch at {m:,} requests / at 16: {summary[m]['gpu'] / summary[16]['gpu']:.2f}x "
@@ -292,6 +331,12 @@ def main(argv: list[str] | None = None) -> int:
         "| holes K | pages moved | µs | µs per moved page (target <= 1) |",
         "|---:|---:|---:|---:|",
         *comp,
+        "",
+        "## Relayout of a float band (`relayout()` on toy-tri, 8 MiB: 4,096 window pages; warm arena)",
+        "",
+        "| high-band pages past the room | float pages moved | µs | µs per moved page (target <= 1) |",
+        "|---:|---:|---:|---:|",
+        *rel,
         "",
         "## translate_tokens into a preallocated out (torch ops on CPU)",
         "",
