@@ -399,3 +399,26 @@ def test_plan_span_refuses_a_float_page_left_outside(monkeypatch) -> None:
     V.validate_plan(a, Plan(Rung.RELAYOUT, plan.moves, {}, {}, plan.spans), {})  # the whole plan is fine
     monkeypatch.setattr(V, "_kept_outside", lambda *args: 0)  # the planted bug: the check counts nothing
     V.validate_plan(a, bad, {})  # ... and the bad plan slips through, so the test above can fail
+
+
+def test_the_sweep_catches_a_default_that_loses_to_the_full_flush(monkeypatch) -> None:
+    """The exhaustive sweep's new checks can fail: with the default's move sequences planted empty (every source
+    taken for a reader's) the sweep's per-state check reports the demand full-compaction admits and the default
+    rejects (a state of the CI bound)."""
+    from kvarena.proofs import ladder as LD
+
+    def run() -> list[str]:
+        state = LD._Builder().build(("L",) * 7 + ("H", "L"), (2, ("L",)), ("L",))
+        out = LD.Sweep()
+        LD.check_state(state, [{"window": 1}, {"state": 1}, {"full": 2}], out, "the state")
+        return out.problems
+
+    assert run() == []
+    real = Arena._end_packs
+
+    def readers_everywhere(self):
+        return tuple(EndPack(p.band, p.barrier, lambda s: True, stop_at_readers=True) for p in real(self))
+
+    monkeypatch.setattr(Arena, "_end_packs", readers_everywhere)
+    problems = run()
+    assert problems and all("full-compaction admits but the ladder rejects" in p for p in problems)

@@ -109,8 +109,15 @@ def test_ladder_theorems() -> None:
     # the reproducer proofs/README.md quotes: an empty low band demanding 4 pages, a written window page
     # at slot 0, the full band at [4, 8): the aligned room [1, 2) holds K = 1 page but not the pinned slot
     assert "room [1, 2) holds 1 >= K = 1" in LD.replay_naive(low_hi=0, high_lo=4, low_demand=4, omin=0, omax=0)
-    for name in ("R3-SPAN-VALID", "R3-EXACT", "R3-ROOM", "R3-THEN-PLACE", "ENDS-ONLY-PLACE", "LADDER-EXHAUSTIVE"):
+    for name in ("R3-SPAN-VALID", "R3-EXACT", "R3-ROOM", "R3-THEN-PLACE", "ENDS-ONLY-PLACE", "LADDER-EXHAUSTIVE",
+                 "SIZED-MODEL-AGREES", "COMPACT-SIZED-COMPLETE", "COMPACT-SIZED-NONVACUOUS", "R3F-SPAN-VALID",
+                 "R3F-EXACT", "R3F-FEWEST", "R3F-THEN-PLACE"):
         assert ths[name].status == "proven"
+    # shortfall-sized rung 2: the naive sizing (holes as if all retractable, barrier ignored) is refuted and its
+    # counterexample replays as a rejection in the reference; the non-vacuity witness moves fewer pages
+    assert ths["NAIVE-SIZED-IS-FALSE"].status == "counterexample (expected)"
+    assert "Arena.ladder rejects" in ths["NAIVE-SIZED-IS-FALSE"].detail
+    assert "default" in ths["COMPACT-SIZED-NONVACUOUS"].detail
     detail = ths["LADDER-EXHAUSTIVE"].detail
     assert "COMPACT" in detail and "RELAYOUT" in detail and "REUSE" in detail  # every rung exercised
 
