@@ -44,7 +44,7 @@ class MoveOps:
         """Host side of a run of moves of one class in which no slot is both a source and a destination: the
         p->v and v->p mirrors in three vectorized stores, the holes rebuilt once (a run that is not like that
         goes move by move)."""
-        if len(src) < 8 or np.isin(src, dst).any() or not distinct(dst):
+        if len(src) < 8 or not distinct(np.concatenate([src, dst])):  # a source twice is no bulk run either
             for s, d in zip(src.tolist(), dst.tolist()):
                 self._move(Move(cls, s, d))
             return
@@ -68,7 +68,7 @@ class MoveOps:
     def _device_run(self, cls: str, src_all: np.ndarray, dst_all: np.ndarray) -> None:
         i, n_all = 0, len(src_all)
         while i < n_all:
-            if not np.isin(src_all[i:], dst_all[i:]).any() and distinct(dst_all[i:]):
+            if distinct(np.concatenate([src_all[i:], dst_all[i:]])):
                 j = n_all  # the rest is one batch (the rung-2 case: sources live, destinations holes)
             else:
                 srcs: set[int] = set()
