@@ -247,12 +247,16 @@ def r_translate_pad(c: Conductor, ch: Chooser) -> None:
     ref, imp = c.oracle, c.impl
     vt = [imp.h.vid_of[h] * epp + ch.integer(0, epp - 1, "i") for h in pages]
     want = [ref.arena.v2p[ref.h.vid_of[h]][1] * epp + t % epp for h, t in zip(pages, vt)]
-    width = len(vt) + ch.integer(0, 5, "padding")
     a = imp.alloc
+    pad = a.pad_entry(cls)
+    # foreign ids (spec §Padding lanes): negative, past every table, a live page of another class -> the padding entry
+    other = [h for h in live(c) if c.oracle.cls_of(h) != cls][:1]
+    foreign = [-1, 1 << 40] + [imp.h.vid_of[h] * epp for h in other]  # as tokens of cls's pages
+    vt, want = vt + foreign, want + [pad] * len(foreign)
+    width = len(vt) + ch.integer(0, 5, "padding")
     out = torch.full((width + 3,), -7, dtype=torch.int64, device=a.device)
     a.translate_tokens(cls, torch.tensor(vt, dtype=torch.int64, device=a.device), out=out, out_width=width)
     got = out.cpu().tolist()
-    pad = a.pad_entry(cls)
     entry_bytes = c.geo.page_bytes[cls] // epp
     if got[:len(vt)] != want or got[width:] != [-7] * 3:
         c.fail(f"translate_tokens({cls!r}, {vt}, out_width={width}) = {got}, want {want} then padding",
