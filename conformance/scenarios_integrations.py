@@ -123,7 +123,8 @@ def overlap(c: Conductor, rng: random.Random) -> None:
     r2, _ = admit(c, "r", {"state": 1, "window": 1, "full": 2})
     for h in pages(c, r1) + pages(c, r2):
         put(c, h)
-    users = forward(c, "step1", write=pages(c, r1, "full")[-1:] + pages(c, r1, "state") + pages(c, r2, "state"),
+    step1_writes = pages(c, r1, "full")[-1:] + pages(c, r1, "state")
+    users = forward(c, "step1", write=step1_writes + pages(c, r2, "state"),
                     read=pages(c, r1, "window") + pages(c, r2, "full") + pages(c, r2, "window"))
     # scheduled while step 1 runs: r2 finished at step 0, r1 grows, a new request arrives
     r2_pages = pages(c, r2)
@@ -134,8 +135,8 @@ def overlap(c: Conductor, rng: random.Random) -> None:
     held = {(k, s) for k, ss in c.oracle.snapshot().withheld.items() for s in ss}
     check(not any((k, s) in held for k, ss in (e3.plan or {}).get("placements", {}).items() for s in ss),
           "an admission reused a withheld slot")
+    pinned = {slot_of(c, h) for h in step1_writes}  # where step 1 writes, before the compaction
     plan = ok(c, "compact while step 1 runs", "compact", max_moves=None).plan or {}
-    pinned = {slot_of(c, h) for h in pages(c, r1, "full")[:2] + pages(c, r1, "state")}
     check(not any((m[0], m[1]) in pinned for m in plan["moves"]), "compaction moved a page step 1 writes")
     done(c, users)
     check(withheld(c) == 0, "step 1's event released every withheld page")
@@ -235,8 +236,8 @@ def hicache(c: Conductor, rng: random.Random) -> None:
     for h in fresh:
         put(c, h)
     ok(c, "r2 finishes while the load runs", "free", owner=r2)
-    plan = ok(c, "compact while the load writes", "compact", max_moves=None).plan or {}
     loading = {slot_of(c, h) for h in fresh}
+    plan = ok(c, "compact while the load writes", "compact", max_moves=None).plan or {}
     check(not any((m[0], m[1]) in loading for m in plan["moves"]), "a page being loaded moved")
     ok(c, "the load's event completed", "release", user="load3")
     ok(c, "compact after the load", "compact", max_moves=None)
@@ -274,8 +275,8 @@ def pd(c: Conductor, rng: random.Random) -> None:
     for h in recv:
         put(c, h)
     p2, _ = admit(c, "p", {"state": 1, "window": 1, "full": 2})
-    plan = ok(c, "compact during the receive", "compact", max_moves=None).plan or {}
     receiving = {slot_of(c, h) for h in recv}
+    plan = ok(c, "compact during the receive", "compact", max_moves=None).plan or {}
     check(not any((m[0], m[1]) in receiving for m in plan["moves"]), "a page being received moved")
     ok(c, "the send completed", "release", user="send1")
     check(all(not ss for ss in c.oracle.snapshot().withheld.values()), "the send's pages are holes now")
