@@ -327,7 +327,7 @@ class Conductor:
             self._check_data(self.oracle.live_pages())
             self._obs = obs
             try:
-                if op == "admit":
+                if op == "admit" or (op == "copy_state" and args["owner"] not in self.oracle.owners()):
                     freed = ids_of(imp.alloc.free(args["owner"]), "free")
                 else:
                     freed = ids_of(imp.alloc.drop(args["owner"], new), "drop")

@@ -61,7 +61,7 @@ OPS: dict[str, tuple[str, ...]] = {
 PAGE_LIST_ARGS = ("shared", "pages")
 ADMISSIONS = ("admit", "extend", "copy_state")
 FREEING = ("drop", "slide", "free")
-PLACEMENT_DEPENDENT = ("admit", "extend", "relayout")  # outcomes that may differ below `decisions`
+PLACEMENT_DEPENDENT = ("admit", "extend", "relayout", "copy_state")  # outcomes that may differ below `decisions`
 REJECTED = "AdmissionRejected"
 CACHE = "cache"  # the prefix cache: an owner like any request
 
@@ -285,9 +285,11 @@ class LiveReference:
         self.arena = arena if arena is not None else Arena(config)
         self.h = Handles()
         self.next_handle = 0
+        self.new_owner = False  # whether the last copy_state created its owner
 
     def apply(self, op: str, args: Mapping[str, Any]) -> Expect:
         a = self.arena
+        self.new_owner = op == "copy_state" and args.get("owner") not in a.owners  # (undo_admission)
         resolved = self.h.args_for_call(op, args)
         try:
             result = call(a, op, resolved)
@@ -344,7 +346,7 @@ class LiveReference:
 
     def undo_admission(self, op: str, args: Mapping[str, Any], exp: Expect) -> None:
         """Safety only: the implementation refused what the reference admitted; take it back here."""
-        if op == "admit":
+        if op == "admit" or (op == "copy_state" and self.new_owner):  # the owner is the step's: forget it
             freed = self.arena.free(args["owner"])
         else:
             freed = self.arena.drop(args["owner"], [self.h.vid_of[h] for hs in (exp.pages or {}).values() for h in hs])

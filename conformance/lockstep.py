@@ -499,9 +499,16 @@ def _has_pages(c: Conductor) -> bool:
     return bool(c.oracle.live())
 
 
+def _recurrent_contract(c: Conductor) -> bool:
+    """The implementation (if any) offers copy_state (optional in the adapter protocol), and with it the rules
+    that came with it (spec/arena.md §INV-STATE-PRIVATE, acquire of no pages refused); older adapters keep the
+    alphabet they had."""
+    return c.impl is None or callable(getattr(c.impl.alloc, "copy_state", None))
+
+
 def _can_copy(c: Conductor) -> bool:
-    """Some recurrent page is live, and the implementation (if any) offers copy_state (optional)."""
-    return bool(states(c)) and (c.impl is None or callable(getattr(c.impl.alloc, "copy_state", None)))
+    """Some recurrent page is live, and the implementation offers copy_state."""
+    return bool(states(c)) and _recurrent_contract(c)
 
 
 # name -> (precondition or None, rule, weight for the vector generator)
@@ -536,7 +543,7 @@ RULES: dict[str, tuple[Callable[[Conductor], bool] | None, Callable[[Conductor, 
     "shared_withheld": (_has_requests, r_shared_withheld, 0),
     "copy_state": (_can_copy, r_copy_state, 0),
     "state_refusals": (_can_copy, r_state_refusals, 0),
-    "acquire_nothing": (None, r_acquire_nothing, 0),
+    "acquire_nothing": (_recurrent_contract, r_acquire_nothing, 0),
 }
 
 

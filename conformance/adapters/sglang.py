@@ -595,12 +595,28 @@ class SGLangArena:
         except KeyError:
             raise UnknownOwnerError(f"owner {owner!r} holds no pages; admit it first") from None
 
+    # kvarena's recurrent-state rules (spec/arena.md §INV-STATE-PRIVATE), kept by the adapter: SGLang's pool has
+    # no owners, and its radix cache forks mamba state (fork_from / copy_from) rather than sharing a slot
+    def _check_not_state(self, vids: Sequence[int], what: str) -> None:
+        state = [v for v in vids if self.kind[self._decode(v)[0]] is Kind.RECURRENT]
+        if state:
+            raise InvalidArgumentError(f"{what}: page {state[0]} is recurrent state; copy it with copy_state")
+
+    def _check_slots(self, owner: str, held: Mapping[str, Mapping[int, None]] | None,
+                     demand: Mapping[str, int]) -> None:
+        cap = self.config.recurrent_slots
+        for c, n in demand.items():
+            if self.kind[c] is Kind.RECURRENT and (len(held[c]) if held is not None else 0) + n > cap:
+                raise InvalidArgumentError(f"owner {owner!r} would hold more than recurrent_slots={cap} {c} pages")
+
     # -- admission ----------------------------------------------------------------------------
     def admit(self, owner: str, demand: Mapping[str, int], shared: Sequence[int] = ()) -> SimpleNamespace:
         if owner in self.owners:
             raise DuplicateOwnerError(f"owner {owner!r} is already admitted")
         d = self._check_demand(demand)
         shared = self._check_vids(shared, f"admit({owner!r}) shared")
+        self._check_not_state(shared, f"admit({owner!r}, shared=)")
+        self._check_slots(owner, None, d)
         pages = self._place(d)
         held: dict[str, dict[int, None]] = {c: {} for c in self.order}
         for v in shared:
@@ -616,6 +632,7 @@ class SGLangArena:
     def extend(self, owner: str, demand: Mapping[str, int]) -> SimpleNamespace:
         held = self._owner(owner)
         d = self._check_demand(demand)
+        self._check_slots(owner, held, d)
         pages = self._place(d)
         for c, vs in pages.items():
             held[c].update(dict.fromkeys(vs))
@@ -727,8 +744,31 @@ class SGLangArena:
         return out
 
     # -- freeing ------------------------------------------------------------------------------
+    def copy_state(self, owner: str, src: int) -> int:
+        """A new slot of the recurrent sub-pool from SGLang's own allocator (zeroed, as clear_slots does), then
+        src's whole page envelope copied into it with SGLang's copy_pages: its radix cache's mamba fork."""
+        import torch
+
+        (src,) = self._check_vids([src], f"copy_state({owner!r})")
+        cls = self._decode(src)[0]
+        if self.kind[cls] is not Kind.RECURRENT:
+            raise InvalidArgumentError(f"copy_state({owner!r}, {src}): a {cls} page is not recurrent state")
+        held = self.owners.get(owner)
+        self._check_slots(owner, held, {cls: 1})
+        (vid,) = self._place({cls: 1})[cls]
+        a = self.allocs[cls]
+        phys = a.virtual_to_physical[torch.tensor([self._decode(vid)[1], self._decode(src)[1]], dtype=torch.int64)]
+        with _cpu_streams():
+            a._kvcache.move_physical_pages(phys[:1], phys[1:], a.page_size)  # copy_pages(tgt, src): src is kept
+        if held is None:
+            held = self.owners[owner] = {c: {} for c in self.order}
+        held[cls][vid] = None
+        self.refs[vid] += 1
+        return vid
+
     def share(self, owner: str, vids: Sequence[int]) -> None:
         vids = self._check_vids(vids, f"share({owner!r})")
+        self._check_not_state(vids, f"share({owner!r})")
         held = self.owners.get(owner)
         if held is not None:
             dup = [v for v in vids if v in held[self._decode(v)[0]]]
@@ -830,6 +870,8 @@ class SGLangArena:
         if not isinstance(kind, UserKind):
             raise InvalidArgumentError(f"acquire: kind must be a UserKind, got {kind!r}")
         vids = self._check_vids(vids, f"acquire({user!r})")
+        if not vids:
+            raise InvalidArgumentError(f"acquire({user!r}): no pages")
         self.users[user] = _User(kind, tuple((v, *self._slot(v)) for v in vids))
         self.ledger.live[user] = kind
         self._sync_events()

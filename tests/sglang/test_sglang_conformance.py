@@ -264,7 +264,8 @@ def _squeezed(factory: Callable[[ArenaConfig], sga.SGLangArena], state_slots: in
     """toy-state, page size 2: an odd number of 64 B state slots (off the 128 B full grid), then full pages
     grown down until 64 B separate the bands (3 slots: SGLang's frontiers at bytes 320 and 384)."""
     arena = factory(ArenaConfig(preset("toy-state"), 2400, page_size=2, max_context_len=16))
-    arena.admit("s", {"state": state_slots})
+    for k in range(state_slots):  # one state per request (recurrent_slots 1)
+        arena.admit(f"s{k}", {"state": 1})
     n = 0
     while True:
         try:
@@ -281,7 +282,8 @@ def _take_past(arena: sga.SGLangArena, pages: int) -> str | None:
     """``take_physical`` on the full END, bound to a fresh virtual page as ``alloc`` would bind it; the
     harness's checks on the result."""
     fu = arena.allocs["full"]
-    s = list(arena.owners["s"]["state"])[-1]  # the state page nearest the full band
+    s = max((v for o in arena.owners if o.startswith("s") for v in arena.owners[o]["state"]),
+            key=lambda v: arena.translate(v)[1])  # the state page nearest the full band
     arena.write(s, 0, 0, 4343)
     with sga._cpu_streams():
         phys = fu.take_physical(pages * fu.page_size)
