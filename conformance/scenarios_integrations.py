@@ -126,6 +126,8 @@ def overlap(c: Conductor, rng: random.Random) -> None:
     step1_writes = pages(c, r1, "full")[-1:] + pages(c, r1, "state")
     users = forward(c, "step1", write=step1_writes + pages(c, r2, "state"),
                     read=pages(c, r1, "window") + pages(c, r2, "full") + pages(c, r2, "window"))
+    saved = pages(c, r2, "full")
+    ok(c, "a host save of r2's KV runs beside step 1", "acquire", user="save2", kind="host_save", pages=saved)
     # scheduled while step 1 runs: r2 finished at step 0, r1 grows, a new request arrives
     r2_pages = pages(c, r2)
     ok(c, "free r2 while step 1 still reads it", "free", owner=r2)
@@ -139,7 +141,11 @@ def overlap(c: Conductor, rng: random.Random) -> None:
     plan = ok(c, "compact while step 1 runs", "compact", max_moves=None).plan or {}
     check(not any((m[0], m[1]) in pinned for m in plan["moves"]), "compaction moved a page step 1 writes")
     done(c, users)
-    check(withheld(c) == 0, "step 1's event released every withheld page")
+    check(withheld(c) == len(saved), "the save still holds r2's full pages after step 1's release")
+    r6, _ = admit(c, "r", {"state": 1, "full": 2})  # must not reuse the pages the save still reads
+    ok(c, "the save's event", "release", user="save2")
+    check(withheld(c) == 0, "step 1's and the save's events released every withheld page")
+    ok(c, f"{r6} finishes", "free", owner=r6)
     # step 2: r1 and r3 decode; r1 finishes while step 2 runs
     users = forward(c, "step2", write=pages(c, r1, "full")[-1:] + pages(c, r3, "full")[-1:],
                     read=pages(c, r1, "window") + pages(c, r3, "window") + pages(c, r1, "full")[:-1])
@@ -226,8 +232,10 @@ def hicache(c: Conductor, rng: random.Random) -> None:
     ok(c, "compact while the save reads", "compact", max_moves=None)
     ok(c, "the save's event completed", "release", user="save1")
     check(withheld(c) == 0, "the save's release freed the withheld pages")
-    # a host hit for r1's prefix: fresh pages, loaded, then the forward reads them
+    ok(c, "idle compaction packs r2 against the anchors", "compact", max_moves=None)
+    # a host hit for r1's prefix: fresh pages past r2's, loaded, then the forward reads them
     r3, e3 = admit(c, "r", {"state": 1, "window": 2, "full": 3})
+    r5, _ = admit(c, "r", {"state": 1, "full": 1})
     fresh = e3.pages["full"] + e3.pages["window"] + e3.pages["state"]
     for h in fresh[:3]:
         for row in range(c.geo.rows[c.oracle.cls_of(h)]):
@@ -239,6 +247,8 @@ def hicache(c: Conductor, rng: random.Random) -> None:
     loading = {slot_of(c, h) for h in fresh}
     plan = ok(c, "compact while the load writes", "compact", max_moves=None).plan or {}
     check(not any((m[0], m[1]) in loading for m in plan["moves"]), "a page being loaded moved")
+    check(bool(c.oracle.snapshot().holes["full"]), "the load pinned nothing: no hole it kept from compaction")
+    ok(c, f"{r5} finishes", "free", owner=r5)
     ok(c, "the load's event completed", "release", user="load3")
     ok(c, "compact after the load", "compact", max_moves=None)
     users = forward(c, "step", write=pages(c, r3, "full")[-1:], read=pages(c, r3, "full")[:-1])

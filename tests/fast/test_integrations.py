@@ -223,3 +223,19 @@ def test_sglangs_fused_draft_entry_is_byte_identical_to_the_eagle3_preset() -> N
         n = sum(1 for t in lay.slots if t.row.part == s.row.part and t.offset < s.offset)
         ours[(s.row.part, n)] = s.offset
     assert ours == theirs
+
+
+# planted bugs each integration exists to rule out, and the vectors that must catch them on their own
+CATCHES = {"reuse-withheld-page": ("overlap", "hicache", "pd"), "move-page-with-writer": ("hicache", "pd"),
+           "withheld-freed-by-first-release": ("overlap", "hicache", "pd"),
+           "partial-layer-move": ("spec-decode", "dsa")}
+
+
+@pytest.mark.parametrize("name", sorted(CATCHES))
+def test_integration_vectors_catch_the_bugs_they_are_about(name: str) -> None:
+    from tests.quality.mutants import MUTANTS, isolated
+
+    factory = isolated(next(m for m in MUTANTS if m.name == name))
+    caught = [i for i in CATCHES[name]
+              if replay(load(VECTOR_DIR / f"integration-{i}.jsonl"), factory, "safety", deep=False).status == "failed"]
+    assert caught, f"none of {CATCHES[name]} catches {name}"
