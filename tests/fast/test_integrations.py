@@ -228,7 +228,7 @@ def test_sglangs_fused_draft_entry_is_byte_identical_to_the_eagle3_preset() -> N
 # planted bugs each integration exists to rule out, and the vectors that must catch them on their own
 CATCHES = {"reuse-withheld-page": ("overlap", "hicache", "pd"), "move-page-with-writer": ("hicache", "pd"),
            "withheld-freed-by-first-release": ("overlap", "hicache", "pd"),
-           "partial-layer-move": ("spec-decode", "dsa")}
+           "partial-layer-move": ("spec-decode", "dsa"), "hand-out-keeps-freed-content": ("hicache",)}
 
 
 @pytest.mark.parametrize("name", sorted(CATCHES))
