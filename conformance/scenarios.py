@@ -532,3 +532,7 @@ VECTORS += integration_vectors()
 from kvarena.conformance.scenarios_recurrent import recurrent_vectors  # noqa: E402 (spec/arena.md §INV-STATE-PRIVATE)
 
 VECTORS += recurrent_vectors()
+
+from kvarena.conformance.scenarios_hymba import hymba_vectors  # noqa: E402 (rung 3 on a published model)
+
+VECTORS += hymba_vectors()
