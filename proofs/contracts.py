@@ -8,6 +8,8 @@ The contracts live in the helpers' docstrings (``pre:`` / ``post:``), next to th
 - ``reference/ladder.py`` ``ceil_div``, ``clamp``: the ladder's rounding and clamping;
 - ``reference/ladder.py`` ``float_span``: rung 3's extent arithmetic: the span lies in its byte window, holds
   ``need`` slots and covers the immovable ones;
+- ``reference/ladder.py`` ``float_target``: the default rung 3's span: the same, and it keeps every slot of the band
+  that lies inside the window (only pages outside the window move);
 - ``reference/ladder.py`` ``span_free_slots``: rung 3's hole search: the free slots of the target span,
   ascending, every gap slot of it, and only holes inside the band.
 
@@ -34,6 +36,7 @@ TARGETS = (  # the helpers CrossHair checks (module.function)
     "kvarena.reference.ladder.ceil_div",
     "kvarena.reference.ladder.clamp",
     "kvarena.reference.ladder.float_span",
+    "kvarena.reference.ladder.float_target",
     "kvarena.reference.ladder.span_free_slots",
 )
 PER_CONDITION_TIMEOUT = 1.0  # CPU seconds per pre/post condition (CrossHair's --per_condition_timeout)
