@@ -29,7 +29,7 @@ from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
-from kvarena.conformance.adapters.sglang import SGLangArena, load_sglang
+from kvarena.conformance.adapters.sglang import SGLangArena, WouldBlock, load_sglang
 from kvarena.reference.arena import Stats
 from kvarena.reference.split import split_regions
 from kvarena.spec.errors import (
@@ -190,6 +190,21 @@ class SGLangUnified(SGLangArena):
                 self._used[self._decode(v)[0]] -= 1
 
     _free_moved_zombies = _free_unheld_zombies
+
+    def flush_idle(self, budget_bytes: int) -> None:
+        """SGLang's own idle-time flush (the scheduler's ``on_idle`` -> ``flush_opportunistic`` on every member,
+        under SGLang's own move cap ``SGLANG_LAZY_COMPACTION_MAX_MOVES_PER_CALL``; ``budget_bytes`` is kvarena's
+        knob and is not SGLang's, so it is not applied)."""
+        self._flush_frees()
+        marks = self._history_marks()
+        try:
+            self.compact(None)
+        except WouldBlock:
+            return
+        for m in self._moves_since(marks):
+            r = self._role[m.cls]
+            self.stats.moves[r] += 1
+            self.stats.bytes_moved[r] += self.page_bytes[m.cls]
 
     def admit(self, owner: str, demand: Mapping[str, int], shared: Sequence[int] = ()) -> Any:
         got = super().admit(owner, demand, shared)

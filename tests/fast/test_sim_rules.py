@@ -94,7 +94,7 @@ def test_rule_values() -> None:
 
 # ---- each rule changes what the model does ---------------------------------------------------------
 
-QWEN = ArenaConfig(preset("qwen3.5-4b"), 6 * GiB, max_context_len=8192)
+QWEN = ArenaConfig(preset("qwen3.5-4b"), 6 * GiB, max_context_len=8192, recurrent_slots=3)  # extra_buffer: 1 + 2
 GPT = ArenaConfig(preset("gpt-oss-20b"), 2 * GiB, max_context_len=4096)
 
 

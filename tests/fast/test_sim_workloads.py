@@ -17,7 +17,7 @@ LATENCY = [f"{m}_p{q}_s" for m in ("ttft", "tpot", "e2e") for q in (50, 90, 99)]
 
 
 def _json(capsys: pytest.CaptureFixture[str], argv: list[str]) -> dict:
-    assert main(["simulate", "--quiet", "--json", *argv]) == 0
+    assert main(["simulate", "--quiet", "--engines", "none", "--json", *argv]) == 0
     return json.loads(capsys.readouterr().out)
 
 
@@ -85,8 +85,8 @@ def test_trace_lengths_redriven_by_clients(tmp_path: Path, capsys: pytest.Captur
 
 
 def test_table_shows_the_percentiles(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["simulate", "--quiet", "--workload", "qwen3.5-4b-1k-256", "--concurrency", "4", "--requests",
-                 "8"]) == 0
+    assert main(["simulate", "--quiet", "--engines", "none", "--workload", "qwen3.5-4b-1k-256", "--concurrency", "4",
+                 "--requests", "8"]) == 0
     out = capsys.readouterr().out
     assert "TTFT p50 / p90 / p99 (s)" in out and "TPOT p50 / p99 (ms)" in out and "@c4" in out
 

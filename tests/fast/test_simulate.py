@@ -38,7 +38,7 @@ def _trace(path: Path, n: int = 60, seed: int = 0) -> Path:
 
 
 def _json(capsys: pytest.CaptureFixture[str], argv: list[str]) -> dict:
-    assert main(["simulate", "--quiet", "--json", *argv]) == 0
+    assert main(["simulate", "--quiet", "--engines", "none", "--json", *argv]) == 0
     return json.loads(capsys.readouterr().out)
 
 
@@ -47,7 +47,7 @@ def test_list_names_every_preset(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert set(PRESET_WORKLOADS) == {"qwen3.5-4b-1k-256", "gpt-oss-20b-max", "qwen3.5-4b-16k-4k",
                                      "qwen3.5-4b-512-16k", "gpt-oss-20b-c1000", "gpt-oss-20b-ratio",
-                                     "hymba-1.5b-6k-2k"}
+                                     "hymba-1.5b-6k-2k", "gpt-oss-20b-chat"}
     for name, w in PRESET_WORKLOADS.items():
         assert name in out and (w.published is None or w.published.text in out)
     assert PRESET_WORKLOADS["hymba-1.5b-6k-2k"].published is None  # no published figure to compare with
@@ -97,7 +97,8 @@ def test_presets_run_scaled_down_and_report_the_published_comparison(capsys: pyt
 
 
 def test_table_and_assumptions_are_printed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["simulate", "--quiet", "--trace", str(_trace(tmp_path / "t.csv", 20)), "--capacity-gib", "0.5"]) == 0
+    assert main(["simulate", "--quiet", "--engines", "none", "--trace", str(_trace(tmp_path / "t.csv", 20)),
+                 "--capacity-gib", "0.5"]) == 0
     out = capsys.readouterr().out
     for row in ("max active requests", "retractions per 1,000", "moved: compaction", "modeled throughput",
                 "TTFT p50 / p90 / p99", "TPOT p50 / p99", "end-to-end p50 / p99", "KV budget", "roofline",
@@ -126,7 +127,7 @@ def test_bad_trace_row_names_the_file_and_line(tmp_path: Path, capsys: pytest.Ca
                                                text: str, line: int) -> None:
     path = tmp_path / name
     path.write_text(text)
-    assert main(["simulate", "--quiet", "--trace", str(path)]) == 2
+    assert main(["simulate", "--quiet", "--engines", "none", "--trace", str(path)]) == 2
     err = capsys.readouterr().err
     assert f"{path}:{line}:" in err, err
     with pytest.raises(TraceError):
@@ -146,7 +147,7 @@ def test_trace_aliases_and_json_lines(tmp_path: Path) -> None:
 
 
 def test_unknown_workload_exits_two(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["simulate", "--quiet", "--workload", "nope"]) == 2
+    assert main(["simulate", "--quiet", "--engines", "none", "--workload", "nope"]) == 2
     assert "qwen3.5-4b-16k-4k" in capsys.readouterr().err
     assert main(["simulate", "--quiet"]) == 2
 
@@ -215,7 +216,7 @@ def test_split_pools_run_fewer_requests_than_the_arena() -> None:
     Under the simple model the split pools retract where the arena does not; under SGLang's rules
     (own output reserved in full) they admit fewer instead, and the arena still runs more at once."""
     arrivals = [Arrival(0.0, 256, 3000) for _ in range(24)]
-    cfg = ArenaConfig(preset("qwen3.5-4b"), int(3.5 * GiB), max_context_len=4096)
+    cfg = ArenaConfig(preset("qwen3.5-4b"), int(3.5 * GiB), max_context_len=4096, recurrent_slots=3)
     for model in (SIMPLE, SchedulerModel(check_every=0)):
         simple = model is SIMPLE
         model = replace(model, prefill_chunk=8192, check_every=0) if simple else model
@@ -231,8 +232,8 @@ def test_split_pools_run_fewer_requests_than_the_arena() -> None:
 def test_plots_are_written_as_png(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("matplotlib")
     out = tmp_path / "plots"
-    assert main(["simulate", "--quiet", "--trace", str(_trace(tmp_path / "tr.csv", 30)), "--capacity-gib", "0.5",
-                 "--plots", str(out)]) == 0
+    assert main(["simulate", "--quiet", "--engines", "none", "--trace", str(_trace(tmp_path / "tr.csv", 30)),
+                 "--capacity-gib", "0.5", "--plots", str(out)]) == 0
     names = sorted(p.name for p in out.iterdir())
     assert names == ["tr-active.png", "tr-frontiers.png", "tr-occupancy.png"]
     for p in out.iterdir():
