@@ -6,9 +6,13 @@ One concept per module, each importing only those above it in this list:
     rules.py        SGLang 0.5.23's admission and retraction rules, one named function each, cited
     costmodel.py    StepWork and the H200 roofline that turns a step's work into modeled seconds
     pager.py        per-request page bookkeeping over an engine (tokens in, page demands out)
+    prefix.py       the prefix (radix) cache model: entries share pages, copy state, evict when unlocked
     scheduler.py    SchedulerModel (the rules as options, SGLang's values by default) and the step loop
     vllm_model.py   the vLLM-style pool model (one page size, state padded to a page)
-    engines.py      the engines under test behind one interface: kvarena's arena, split pools, vLLM model
+    sglang_real.py  SGLang 0.5.23's real split and unified allocators (byte buffer on torch's meta device)
+    vllm_real.py    vLLM 0.33.0's real KVCacheManager, configured by vLLM's own planning
+    engines.py      the engines under test behind one interface: kvarena's arena, split pools, vLLM model,
+                    and the real engines (optional extras, skipped with one line when missing)
     budget.py       the KV budget of one H200 (replay's arithmetic, SGLang's profile)
     workloads.py    the published presets, trace files, length distributions, calibrated budgets
     mixed_trace.py  ``kvarena replay``'s built-in three-phase trace
@@ -18,6 +22,7 @@ One concept per module, each importing only those above it in this list:
     calibrate.py    fit a preset's budget on its published split figure
     plots.py        PNGs (matplotlib, imported inside its functions)
 
-Adding an engine touches ``engines.py``; adding a rule touches ``rules.py`` and its option in
+Adding an engine touches ``engines.py`` (a builder and an ``EngineKind``; a real engine's adapter in a module
+of its own); adding a rule touches ``rules.py`` and its option in
 ``scheduler.py``. The commands (``kvarena/simulate.py``, ``kvarena/replay.py``) only parse and print.
 """
