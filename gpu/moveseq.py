@@ -55,7 +55,10 @@ class MoveSeq(Sequence):
 
     @classmethod
     def concat(cls, *parts: Iterable[Move] | MoveSeq) -> MoveSeq:
-        return cls(r for p in parts for r in cls.of(p).runs())
+        seqs = [s for s in (cls.of(p) for p in parts) if len(s)]
+        if len(seqs) == 1:
+            return seqs[0]  # immutable: shared, not copied
+        return cls(r for s in seqs for r in s.runs())
 
     def runs(self) -> list[tuple[str, np.ndarray, np.ndarray]]:
         """``(cls, sources, destinations)`` per run of one class, in plan order (the arrays are the plan's: read
@@ -67,6 +70,8 @@ class MoveSeq(Sequence):
 
     def without(self, classes: Iterable[str]) -> MoveSeq:
         skip = set(classes)
+        if not any(r[0] in skip for r in self._runs):
+            return self
         return MoveSeq(r for r in self._runs if r[0] not in skip)
 
     def bytes(self, page_bytes: dict[str, int]) -> int:
