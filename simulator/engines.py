@@ -80,13 +80,9 @@ def _sglang_unified(cfg: ArenaConfig, _policy: str) -> Engine:
 
 
 def _sglang_missing() -> str | None:
-    from kvarena.conformance.adapters.sglang import SGLangUnavailable, load_sglang
+    from kvarena.simulator.sglang_real import missing
 
-    try:
-        load_sglang()
-    except SGLangUnavailable as e:
-        return f"{e} (then the sglang-0.5.23 columns run)"
-    return None
+    return missing()
 
 
 def _vllm_real(cfg: ArenaConfig, _policy: str) -> Engine:
@@ -96,13 +92,9 @@ def _vllm_real(cfg: ArenaConfig, _policy: str) -> Engine:
 
 
 def _vllm_missing() -> str | None:
-    from kvarena.conformance.adapters.vllm_load import VLLMUnavailable, load_vllm
+    from kvarena.simulator.vllm_real import missing
 
-    try:
-        load_vllm()
-    except VLLMUnavailable as e:
-        return f"{e}: pip install --no-deps vllm==0.33.0 && pip install msgspec cbor2 regex (or make vllm)"
-    return None
+    return missing()
 
 
 # vLLM frees skipped blocks every step (remove_skipped_blocks) and has no mamba tracking slots

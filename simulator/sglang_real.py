@@ -46,6 +46,17 @@ from kvarena.spec.models import ArenaConfig, chain, worst_case_demand
 from kvarena.spec.types import UserKind
 
 
+def missing() -> str | None:
+    """None when SGLang's allocators load; else the one line saying how to add them."""
+    from kvarena.conformance.adapters.sglang import SGLangUnavailable
+
+    try:
+        load_sglang()
+    except SGLangUnavailable as e:
+        return f"{e} (then the sglang-0.5.23 columns run)"
+    return None
+
+
 class _WaitingStream:
     """``torch.cuda.current_stream()`` inside the engine's calls into SGLang: where SGLang waits on the
     in-flight forward's event (an urgent flush, ``make_room``, an urgent pending-reuse drain), the schedule

@@ -53,6 +53,17 @@ from kvarena.spec.models import ArenaConfig, chain
 KERNEL_BLOCK = 16  # FlashAttention's kernel block: the base of vLLM's hybrid block alignment
 
 
+def missing() -> str | None:
+    """None when vLLM's manager loads; else the one line saying how to add it."""
+    from kvarena.conformance.adapters.vllm_load import VLLMUnavailable, load_vllm
+
+    try:
+        load_vllm()
+    except VLLMUnavailable as e:
+        return f"{e}: pip install --no-deps vllm==0.33.0 && pip install msgspec cbor2 regex (or make vllm)"
+    return None
+
+
 def plan(config: ArenaConfig) -> Any:
     """vLLM's planning for ``config``'s model and budget: (kv cache config, scheduler block, hash block, groups
     per class, bytes per block)."""
