@@ -34,8 +34,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("overlap-off-by-one-frontier", ladder_mod,
            "fit = min(pages, (gap.top - gap.bot) // v.page_bytes)\n        start = gap.top // v.page_bytes",
            "fit = min(pages, (gap.top - gap.bot) // v.page_bytes + 1)\n        start = gap.top // v.page_bytes",
-           ("INV-NO-OVERLAP", "INV-BAND-ORDER"),
-           "the high band may grow one page past the gap into its neighbour"),
+           ("INV-NO-OVERLAP", "INV-BAND-ORDER", "INV-FEASIBILITY-FLOOR"),
+           "the high band may grow one page past the gap into its neighbour (and the constructor's floor check, "
+           "which places with the same ladder, accepts an arena the true floor refuses)"),
     Mutant("band-crossing-float-at-hint", ladder_mod,
            "s = clamp(hints.get(v.name, 0) // p, s_min, s_max)",
            "s = hints.get(v.name, 0) // p",
@@ -102,9 +103,9 @@ REFUSAL_MUTANTS: tuple[Mutant, ...] = (
            ("INV-REFUSAL-IS-NOOP",),
            "the policy's free-time plan is applied without the validator"),
     Mutant("share-registers-before-checking", arena_mod,
-           "        vids = self._check_vids(vids, f\"share({owner!r})\")\n        held = self.owners.get(owner)",
+           "        vids = self._check_vids(vids, f\"share({owner!r})\")\n        self._check_not_state(",
            "        self.owners.setdefault(owner, {c: {} for c in self.order})\n"
-           "        vids = self._check_vids(vids, f\"share({owner!r})\")\n        held = self.owners.get(owner)",
+           "        vids = self._check_vids(vids, f\"share({owner!r})\")\n        self._check_not_state(",
            ("INV-REFUSAL-IS-NOOP",),
            "share creates the new owner, then refuses an unbound id: an empty owner is left behind"),
 )
