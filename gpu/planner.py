@@ -274,6 +274,8 @@ def _pairs(band: Band, barrier: int | None, budget: int | None) -> tuple[np.ndar
     """The two pointers of ``compact_end`` at once: the i-th farthest live page beyond the barrier fills the
     i-th nearest hole while that hole is nearer the anchor (a condition that holds for a prefix of i, since
     holes get farther and sources nearer): ``(sources, holes)``, numpy over the band's p->v."""
+    if not band.holes or budget == 0:  # nothing to fill
+        return _NO, _NO
     arr = band.live.arr  # type: ignore[attr-defined]
     if band.role is Role.LOW:
         lo = band.lo if barrier is None else max(band.lo, barrier + 1)
@@ -306,6 +308,8 @@ def compact_end(band: Band, barrier: int | None, read: Callable[[int], bool] | N
 
 def _packed_view(band: Band, srcs: np.ndarray, dsts: np.ndarray, read: Callable[[int], bool] | None) -> View:
     """An end band after the moves ``srcs -> dsts`` (a prefix of its two-pointer sequence)."""
+    if not len(srcs):
+        return View.of(band)  # no move: the band as it is (settled: no hole on its growing edge)
     up = band.role is Role.LOW
     src_l = srcs.tolist()
     kept = [s for s in src_l if read(s)] if read is not None else []  # sources with readers stay withheld
