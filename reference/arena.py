@@ -440,7 +440,7 @@ class Arena:
         for m in plan.moves:
             if m not in rung3:
                 self._move(m)
-        for b in (self.bands[self.order[0]], self.bands[self.order[-1]]):
+        for b in (self.bands[self.order[0]], self.bands[self.order[-1]]) if plan.moves else ():
             b.absorb_boundary_holes()
         for cls, (t, t_end) in spans.items():
             self._retarget_float(self.bands[cls], t, t_end, [m for m in plan.moves if m.cls == cls])

@@ -71,15 +71,24 @@ class Band:
     # -- mutation helpers (callers guarantee the preconditions) ----------------------------
     def hole_run(self, slot: int, step: int) -> int:
         """How many consecutive holes start at ``slot`` going ``step`` (+1 up, -1 down); 0 if ``slot`` is not a
-        hole.  A binary search over the sorted holes (O(log^2 n)), never a walk over the slots."""
+        hole.  Galloping over the sorted holes (1, 2, 4, ... positions, then bisection): O(log n + log(run) x
+        log n), never a walk over the slots, and one lookup more than the bisection for a run of one."""
         h = self.holes
         i = h.bisect_left(slot)
         if i == len(h) or h[i] != slot:
             return 0
-        good, bad = 0, (len(h) - i if step > 0 else i + 1)  # holes[i + step*j] == slot + step*j for j <= good
+        limit = len(h) - i if step > 0 else i + 1  # positions available in the direction of the run
+
+        def run_at(j: int) -> bool:  # holes[i + step*j] == slot + step*j: the run is at least j + 1 long
+            return h[i + step * j] == slot + step * j
+
+        good, j = 0, 1
+        while j < limit and run_at(j):
+            good, j = j, 2 * j
+        bad = min(j, limit)
         while bad - good > 1:
             mid = (good + bad) // 2
-            if h[i + step * mid] == slot + step * mid:
+            if run_at(mid):
                 good = mid
             else:
                 bad = mid

@@ -104,7 +104,7 @@ def validate_plan(a: Arena, plan: Plan, demand: Mapping[str, int]) -> None:
             kept = [s for s in _occupied_outside(ov, band, t, t_end)]
             _fail("PLAN-SPAN", f"float {cls!r} keeps pages {kept} outside its target span [{t}, {t_end})")
         ov.spans[cls] = (t, t_end)
-    for cls in ends:  # the ends give back the boundary slots their moves emptied (absorption)
+    for cls in ends if plan.moves else ():  # the ends give back the boundary slots their moves emptied
         lo, hi = _absorbed(ov, a.bands[cls])
         ov.spans[cls] = (lo, hi)
 

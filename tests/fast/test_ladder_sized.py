@@ -422,3 +422,23 @@ def test_the_sweep_catches_a_default_that_loses_to_the_full_flush(monkeypatch) -
     monkeypatch.setattr(Arena, "_end_packs", readers_everywhere)
     problems = run()
     assert problems and all("full-compaction admits but the ladder rejects" in p for p in problems)
+
+
+def test_hole_run_equals_a_slot_walk() -> None:
+    """``Band.hole_run`` (galloping over the sorted holes) against the walk it replaces, both directions."""
+    from sortedcontainers import SortedList
+
+    from kvarena.reference.bands import Band, Role
+
+    rng = random.Random(5)
+    for _ in range(400):
+        b = Band("x", Role.LOW, 64, 64 * 200)
+        b.hi = 200
+        density = rng.choice((0.2, 0.5, 0.9, 1.0))
+        b.holes = SortedList(s for s in range(200) if rng.random() < density)
+        for _ in range(8):
+            s, step = rng.randrange(200), rng.choice((1, -1))
+            want = 0
+            while 0 <= s + step * want < 200 and (s + step * want) in b.holes:
+                want += 1
+            assert b.hole_run(s, step) == want
