@@ -66,12 +66,16 @@ class ProgressBar:
 # ---- the command -----------------------------------------------------------------------------------
 
 HELP = """\
-Simulate a workload on one H200 under three memory layouts, with SGLang 0.5.23's scheduler rules:
+Simulate a workload on one H200 under each memory layout, with SGLang 0.5.23's scheduler rules:
   split pools       SGLang's fixed per-kind pools sized by --swa-full-tokens-ratio / --mamba-full-memory-ratio
   unified arena     the reference allocator (one byte range; reuse, compact the ends, relayout), one
                     column per admission policy (today: the default)
   vLLM-style pool   one pool of equal pages; attention pages enlarged until a page holds one layer's
                     recurrent state (528 tokens on Qwen3.5-4B), state padded to a page; nothing moves
+and, when installed (make sglang / make vllm; --engines picks), the real engines' own code:
+  SGLang split pools / SGLang unified   SGLang 0.5.23's allocators (byte buffer on torch's meta device)
+  vLLM v1                               vLLM 0.33.0's KVCacheManager, configured by vLLM's own planning
+Each column's "implementation" in --json says what its numbers come from.
 
 Metrics: the most and the mean requests running at once, retractions (per 1,000 completed), bytes
 moved by compaction and relayout, and the modeled output throughput, TTFT / TPOT / end-to-end latency
