@@ -397,18 +397,15 @@ def sglang_one_side_starves(c: Conductor, rng: random.Random) -> None:
     must(c.run("admit", owner="s1", demand={"state": 1}, shared=[]), "state fits after eviction + compaction",
          rung=2)
     must(c.run("drop", owner=CACHE, pages=c.oracle.held(CACHE)["full"]), "evict the rest")
-    nodes = []  # cached recurrent state: each request's state copied to a cache node of its own, then freed
-    for _ in range(128):
-        t = c.fresh("t")
-        e = c.run("admit", owner=t, demand={"state": 1}, shared=[])
-        if not e.ok:
+    # cached recurrent state: a finished request's state copied into cache nodes (one owner each) until the arena
+    # is full, then the request freed: every state page is cache-only
+    t = must(c.run("admit", owner="t", demand={"state": 1}, shared=[]), "a request with a state")
+    nodes = []
+    for k in range(128):
+        if not c.run("copy_state", owner=f"{CACHE}/t{k}", page=t.pages["state"][0]).ok:
             break
-        node = f"{CACHE}/{t}"
-        if not c.run("copy_state", owner=node, page=e.pages["state"][0]).ok:
-            c.run("free", owner=t)
-            break
-        nodes.append(node)
-        c.run("free", owner=t)
+        nodes.append(f"{CACHE}/t{k}")
+    must(c.run("free", owner="t"), "the request finishes")
     must(c.run("admit", owner="f1", demand={"full": 2}, shared=[]), "full starved", code="AdmissionRejected")
     for node in nodes[:8]:
         must(c.run("free", owner=node), "evict a cached state")

@@ -25,7 +25,7 @@ WEIGHTS = {"copy_state": 6, "state_refusals": 3, "acquire_nothing": 1, "write_pa
 
 
 def recurrent_copy_state(c: Conductor, rng: random.Random) -> None:
-    from kvarena.conformance.scenarios import ScenarioError, must, readback, walk, write_page
+    from kvarena.conformance.scenarios import ScenarioError, fill, must, readback, walk, write_page
 
     r1 = must(c.run("admit", owner="r1", demand={"state": 1, "window": 1, "full": 2}, shared=[]), "r1")
     src = r1.pages["state"][0]
@@ -63,10 +63,11 @@ def recurrent_copy_state(c: Conductor, rng: random.Random) -> None:
     must(c.run("copy_state", owner="cache/n3", page=copy), "a copy while a reader holds the source")
     must(c.run("release", user="fwd"), "the forward pass ends")
     must(c.run("relayout", demand={}), "a relayout that moves nothing (a bare NONE plan)")
-    # cache nodes until a copy no longer fits; evicting a node makes room
+    # full pages, then cache nodes, until a copy no longer fits; evicting makes room (the ladder compacts for it)
+    fill(c, "f", {"full": 2})
     nodes: list[str] = []
     rejected = None
-    for k in range(200):
+    for k in range(64):
         e = c.run("copy_state", owner=f"cache/m{k}", page=copy)
         if not e.ok:
             rejected = e
@@ -76,6 +77,8 @@ def recurrent_copy_state(c: Conductor, rng: random.Random) -> None:
         raise ScenarioError("copy_state never ran out of room")
     for n in nodes[:2]:
         must(c.run("free", owner=n), "evict a cached state")
+    if not nodes:
+        must(c.run("free", owner=next(o for o in c.oracle.owners() if o.startswith("f"))), "evict a request")
     must(c.run("copy_state", owner="cache/retry", page=copy), "the copy fits after the eviction")
     del hit
     walk(c, rng, 80, WEIGHTS)
