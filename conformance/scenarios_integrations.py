@@ -541,6 +541,10 @@ SGLANG_EXPECTED: dict[str, tuple[str, str]] = {
         "cannot express class full (parts ['index_k', 'index_scale', 'latent'])",
         "SGLang 0.5.23's MLASubPoolSpec lays out one latent row per layer and has no part for DSA index keys, so no "
         "SGLang sub-pool has kvarena's entry (latent + index key + scale) and the vector does not run against it"),
+    "hymba-rung3": (
+        "do not map onto kvarena's",
+        "hymba-1.5b's 7,168,000 B state pages share no whole-page shift of every class's grid with SGLang's one-page "
+        "sink floor, so the adapter cannot lay kvarena's grids onto SGLang's (the integration-spec-decode limit)"),
 }
 
 
