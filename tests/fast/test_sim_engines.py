@@ -37,6 +37,7 @@ def _run(kind: str, model: str, capacity_gib: float, n: int = 40, inp: int = 900
     return run(alloc, w.source(), kind, m), alloc
 
 
+@pytest.mark.sglang
 @pytest.mark.parametrize(("ours", "theirs"), [("split", "sglang-split"), ("unified", "sglang-unified")])
 def test_sglang_decides_as_kvarena_on_a_binding_gpt_oss_trace(ours: str, theirs: str) -> None:
     """GPT-OSS-20B at 0.5 GiB (every request waits or retracts): SGLang's real allocator admits, refuses and
@@ -49,6 +50,7 @@ def test_sglang_decides_as_kvarena_on_a_binding_gpt_oss_trace(ours: str, theirs:
     alloc.check_invariants()
 
 
+@pytest.mark.sglang
 def test_sglang_unified_on_qwen_holds_three_state_slots() -> None:
     """Qwen3.5-4B (state | full) with extra_buffer's 3 slots per request through SGLang's mamba END."""
     r, alloc = _run("sglang-unified", "qwen3.5-4b", 1.0, n=12, slots=3)
@@ -57,6 +59,7 @@ def test_sglang_unified_on_qwen_holds_three_state_slots() -> None:
     assert alloc.pool._raw.device.type == "meta"  # the arena's bytes take no memory
 
 
+@pytest.mark.vllm
 def test_vllm_real_runs_qwen_with_vllms_528_token_blocks() -> None:
     r, alloc = _run("vllm-real", "qwen3.5-4b", 1.0, n=12)
     assert r.completed == 12
@@ -66,6 +69,7 @@ def test_vllm_real_runs_qwen_with_vllms_528_token_blocks() -> None:
     alloc.check_invariants()
 
 
+@pytest.mark.vllm
 def test_vllm_real_windows_are_freed_by_vllm() -> None:
     """GPT-OSS-20B: vLLM's SlidingWindowManager frees out-of-window blocks itself; every request completes."""
     r, alloc = _run("vllm-real", "gpt-oss-20b", 0.5)
@@ -73,6 +77,7 @@ def test_vllm_real_windows_are_freed_by_vllm() -> None:
     assert alloc.free_blocks() == alloc.num_blocks - 1  # all returned
 
 
+@pytest.mark.sglang
 def test_split_check_catches_a_slot_freed_twice() -> None:
     _, alloc = _run("sglang-split", "gpt-oss-20b", 0.5, n=2)
     import torch
@@ -82,6 +87,7 @@ def test_split_check_catches_a_slot_freed_twice() -> None:
         alloc.check_invariants()
 
 
+@pytest.mark.sglang
 def test_unified_check_catches_a_miscount() -> None:
     _, alloc = _run("sglang-unified", "gpt-oss-20b", 0.5, n=2)
     alloc._used["full"] += 1
@@ -89,6 +95,7 @@ def test_unified_check_catches_a_miscount() -> None:
         alloc.check_invariants()
 
 
+@pytest.mark.vllm
 def test_vllm_check_catches_a_lost_block() -> None:
     _, alloc = _run("vllm-real", "gpt-oss-20b", 0.5, n=2)
     alloc.manager.block_pool.get_new_blocks(1)  # taken from the pool, in no block table
@@ -111,6 +118,8 @@ def test_missing_extra_is_one_skipped_line(monkeypatch: pytest.MonkeyPatch, caps
     assert "vllm-0.33.0 column skipped: vllm is not installed" in out and "vLLM v1" not in out
 
 
+@pytest.mark.sglang
+@pytest.mark.vllm
 def test_json_names_each_columns_implementation(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """CI runs a preset with every real engine (short: 1 % of its requests, at 1 GiB)."""
     for k in ("sglang-split", "sglang-unified", "vllm-real"):
