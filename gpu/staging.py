@@ -23,13 +23,14 @@ import torch
 
 
 class _Slot:
-    __slots__ = ("dev", "event", "host", "np")
+    __slots__ = ("dev", "event", "host", "np", "views")
 
     def __init__(self, words: int, device: torch.device, pin: bool) -> None:
         self.host = torch.empty(words, dtype=torch.int64, pin_memory=pin)
         self.np = self.host.numpy()
         self.dev = torch.empty(words, dtype=torch.int64, device=device)
         self.event: Any = None
+        self.views: dict[tuple[int, int], torch.Tensor] = {}  # (rows, n) -> host[:rows * n].view(rows, n)
 
 
 class Staging:
@@ -89,6 +90,26 @@ class Staging:
                 s.event.record()
         self.uploads += 1
         return out
+
+    def copy_rows(self, dst: torch.Tensor, parts: list[np.ndarray]) -> None:
+        """``dst`` (a ``(len(parts), n)`` device view, rows anywhere, e.g. slices of two tables as one strided
+        view) gets ``parts`` (1-D int64, ``n`` each): written into one staging buffer, then **one** queued copy
+        straight into ``dst``, no device staging buffer and no scatter. The host view of each shape is made once
+        per buffer (a torch view costs as much as the copy on CPU)."""
+        r, n = len(parts), len(parts[0])
+        s = self._free_slot(r * n)
+        buf = s.np
+        for i, p in enumerate(parts):
+            buf[i * n:(i + 1) * n] = p
+        hv = s.views.get((r, n))
+        if hv is None:
+            hv = s.views[(r, n)] = s.host[:r * n].view(r, n)
+        dst.copy_(hv, non_blocking=True)
+        if self.events is not None:
+            s.event = self.events()
+            if hasattr(s.event, "record"):
+                s.event.record()
+        self.uploads += 1
 
 
 # ---------------------------------------------------------------------------------------------

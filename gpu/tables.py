@@ -81,6 +81,23 @@ class Tables:
         dev = self.scatter(2 * n, parts)
         return dev[2 * n:3 * n] if extra is None else dev[4 * n:]
 
+    def bind_run(self, c: int, vids: np.ndarray, slots: np.ndarray, first: int, desc: bool) -> None:
+        """One class's new pages whose slots are the run ``[first, first + n)`` (frontier pages: ``slots`` ascends
+        from ``first``, or descends to it when ``desc``) and ``vids`` ascend. When the ids are a run too (the
+        pool's lowest ids usually are), both entries are contiguous: ``flat``'s v->p slice and p->v slice as
+        one strided ``(2, n)`` view, one staged copy, no scatter. Else one upload and a scatter per row."""
+        n = len(vids)
+        by_slot = vids[::-1] if desc else vids
+        v0 = int(vids[0])
+        if int(vids[-1]) - v0 == n - 1:  # ascending distinct ids spanning n values: the run v0 .. v0 + n - 1
+            a, b = c * self.cols_v + v0, self.p_base + c * self.cols_p + first  # b - a >= n: disjoint rows
+            self.staging.copy_rows(self.flat.as_strided((2, n), (b - a, 1), a), [slots, by_slot])
+            return
+        dev = self.staging.upload_parts([vids, slots])
+        self.v_rows[c].index_copy_(0, dev[:n], dev[n:])
+        self.p_rows[c].index_copy_(0, dev[n:], dev[:n])
+        self.launches += 2
+
     def unbind(self, classes: np.ndarray, vids: np.ndarray, slots: np.ndarray) -> None:
         """Freed pages: both entries back to -1."""
         n = len(vids)

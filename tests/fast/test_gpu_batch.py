@@ -127,7 +127,8 @@ class BatchLockstep:
         owners = [o for o in self.ref.owners if o != "cache"]
         if not owners:
             return
-        col = [int(self.hrng.random() < 0.5) for _ in owners]
+        every = self.hrng.random() < 0.5  # one page per lane: the decode-demand fast path (a cached pattern)
+        col = [1 if every else int(self.hrng.random() < 0.5) for _ in owners]
         want = [_seq(self.ref, "extend", o, {self.order[-1]: x}) for o, x in zip(owners, col)]
         d = np.zeros((len(owners), len(self.order)), dtype=np.int64)
         d[:, -1] = col
