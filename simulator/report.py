@@ -207,10 +207,12 @@ def assumptions(page_size: int) -> list[str]:
         "window; Qwen3.5 holds 1 + 2 state slots per request (extra_buffer), running capped at "
         "max_mamba_cache_size // 5",
         f"pages of {page_size} tokens (SGLang picks 1 on Hopper, rules.page_size_on_hopper: one page per "
-        "request per class of rounding, not simulated token by token for speed); no prefix cache",
+        "request per class of rounding, not simulated token by token for speed); prefix cache: SGLang's radix "
+        "cache modeled for workloads that share prefixes (kvarena/simulator/prefix.py), evictable entries free",
         "split pools: SGLang's ratio flags (--swa-full-tokens-ratio 0.8, --mamba-full-memory-ratio 0.9); "
         "unified arena: the reference Arena; vLLM-style: one page size, state padded to one page, no moves, "
-        "window pages freed at once, one state slot",
+        "window pages freed at once, one state slot; real engines (when installed): SGLang 0.5.23's split and "
+        "unified allocators, vLLM 0.33.0's KVCacheManager, each column's 'implementation' naming it",
         "throughput and latencies are MODELED by the roofline in kvarena/simulator/costmodel.py, not measured",
     ]
 
