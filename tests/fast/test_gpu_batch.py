@@ -182,6 +182,42 @@ def test_batched_calls_are_the_sequential_calls(model: str, path: str, monkeypat
         f"vectorized {fast}, by the ladder {fell_back}, rejected {rejected}, decode steps {decodes}"
 
 
+@pytest.mark.parametrize("model", ["toy-swa", "toy-tri"])
+def test_decode_step_refuses_handles_of_no_owner(model: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lean decode path's liveness test (one clipped take, no ufunc): a negative handle, one past every row,
+    a freed owner's and row 0 (never an owner's) each get UnknownOwnerError exactly as sequential extends do,
+    the live lanes their pages; the one-page-per-lane demand (the cached pattern) and another demand alike."""
+    monkeypatch.setattr(kernels, "interpreted", lambda kernel: False)
+    config = _config(model, 4096, 2)
+    for every in (True, False):
+        ref, gpu = Arena(config), make(config)
+        k = len(gpu.order)
+        res = gpu.admit_batch(["a", "b", "c"], np.zeros((3, k), dtype=np.int64))
+        for o in ("a", "b", "c"):
+            ref.admit(o, {})
+        ref.free("c")
+        gpu.free("c")
+        ra, rb, rc = (int(x) for x in res.rows)
+        # one bad handle per batch (any of them sends the whole batch to the general path), then all live
+        for bad, name in ((-1, "neg"), (rc, "c"), (len(gpu.owners.names) + 7, "past"), (-2**62, "neg2"), (0, "zero"),
+                          (None, None)):
+            handles = [ra, rb] if bad is None else [ra, bad, rb]
+            names = ["a", "b"] if bad is None else ["a", name, "b"]
+            col = [1] * len(handles) if every else [2] + [1] * (len(handles) - 1)
+            d = np.zeros((len(handles), k), dtype=np.int64)
+            d[:, -1] = col
+            want = [_seq(ref, "extend", o, {gpu.order[-1]: x}) for o, x in zip(names, col)]
+            got = [_norm(x) for x in gpu.extend_batch(np.array(handles, dtype=np.int64), d)]
+            assert got == want, f"every={every} bad={bad}:\n  reference {want}\n  gpu       {got}"
+            assert bad is None or got[1][1] == "UnknownOwnerError"
+            assert observe_reference(ref) == gpu.observe()
+        low = np.zeros((2, k), dtype=np.int64)  # one page per lane of the low end class: the other band's run
+        low[:, 0] = 1
+        want = [_seq(ref, "extend", o, {gpu.order[0]: 1}) for o in ("b", "a")]
+        got = [_norm(x) for x in gpu.extend_batch(np.array([rb, ra], dtype=np.int64), low)]
+        assert got == want and observe_reference(ref) == gpu.observe(), f"low end:\n  {want}\n  {got}"
+
+
 @pytest.mark.parametrize("model", ["toy-tri", "toy-state"])
 def test_fixed_shape_steps_are_the_same_binds(model: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """graph_width: steps of up to 3 pages per class run the fixed-shape (graph-capturable) ops, larger ones the

@@ -34,13 +34,16 @@ import sys
 import types
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 from unittest import mock
 
+import numpy as np
 import torch
 
 import kvarena.gpu.allocator as allocator_mod
 import kvarena.gpu.arena as arena_mod
 import kvarena.gpu.batch as batch_mod
+import kvarena.gpu.hoststate as hoststate_mod
 import kvarena.gpu.kernels as kernels
 import kvarena.gpu.kernels.alloc as alloc_mod
 import kvarena.gpu.kernels.move as move_mod
@@ -50,10 +53,10 @@ import kvarena.gpu.moves as moves_mod
 import kvarena.gpu.planner as planner_mod
 import kvarena.gpu.staging as staging_mod
 import kvarena.gpu.tables as tables_mod
-from kvarena.spec.errors import PlanError
+from kvarena.spec.errors import PlanError, UnknownOwnerError
 from kvarena.spec.models import ArenaConfig, preset
 
-GPU_MODULES: tuple[types.ModuleType, ...] = (allocator_mod, arena_mod, batch_mod, moves_mod, planner_mod,
+GPU_MODULES: tuple[types.ModuleType, ...] = (allocator_mod, arena_mod, batch_mod, hoststate_mod, moves_mod, planner_mod,
                                              staging_mod, tables_mod, kernels, move_mod, zero_mod, translate_mod,
                                              alloc_mod)
 KERNELS = {move_mod: "move_pages_kernel", zero_mod: "zero_pages_kernel", translate_mod: "translate_kernel",
@@ -156,6 +159,46 @@ def check_zeroing(mod: types.ModuleType, path: str) -> None:
                     got = words[slot[0] * pw:(slot[0] + 1) * pw]
                     if bool((got != 0).any()):
                         raise AssertionError(f"{model}: {c} page at slot {slot[0]} was handed out with stale bytes")
+
+
+def check_decode_handles(mod: types.ModuleType, path: str) -> None:
+    """The lean decode step against the reference's sequential extends: handles of no owner (negative, past every
+    row) get UnknownOwnerError, one page per lane of either end class lands in that class (test_gpu_batch.py's
+    test_decode_step_refuses_handles_of_no_owner). ``mod``: batch.py or hoststate.py, or a mutant of either."""
+    from kvarena.conformance.adapter import observe_reference
+    from kvarena.reference.arena import Arena
+
+    cls: Any = allocator_mod.GpuArena
+    if mod.__name__.startswith(batch_mod.__name__):
+        cls = type("GpuArena", (allocator_mod.GpuArena,), {k: v for k, v in vars(mod.BatchOps).items()
+                                                            if callable(v) and not k.startswith("__")})
+    config = ArenaConfig(preset("toy-swa"), 8192, page_size=2, max_context_len=8)
+    with mock.patch.object(allocator_mod, "OwnerLog", getattr(mod, "OwnerLog", allocator_mod.OwnerLog)):
+        a = cls(config)
+    ref = Arena(config)
+    k = len(a.order)
+    rows = [int(r) for r in a.admit_batch(["a", "b"], np.zeros((2, k), dtype=np.int64)).rows]
+    for o in ("a", "b"):
+        ref.admit(o, {})
+    for c in (k - 1, 0):  # each batch alone: one dead handle sends the whole batch to the general path
+        for handles in ([rows[0], rows[1]], [rows[0], -1, rows[1]], [rows[0], rows[1] + 5, rows[1]]):
+            d = np.zeros((len(handles), k), dtype=np.int64)
+            d[:, c] = 1
+            res = a.extend_batch(np.array(handles, dtype=np.int64), d)
+            for i, h in enumerate(handles):
+                if h not in rows:
+                    if not isinstance(res[i], UnknownOwnerError):
+                        raise AssertionError(f"decode lane {i} (handle {h}: no owner) got {res[i]!r}, not "
+                                             "UnknownOwnerError")
+                    continue
+                o = "ab"[rows.index(h)]
+                want = ref.extend(o, {a.order[c]: 1}).pages
+                if dict(res[i].pages) != dict(want):
+                    raise AssertionError(f"decode lane {i} ({o}, one {a.order[c]} page) got {dict(res[i].pages)}, "
+                                         f"the reference {dict(want)}")
+            if observe_reference(ref) != a.observe():
+                raise AssertionError(f"after a decode step of {handles} on {a.order[c]}: the observations differ "
+                                     "from the reference's (a page in the wrong class or slot)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -336,6 +379,19 @@ MUTANTS: tuple[Mutant, ...] = (
            "the lean decode path (int handles, one end band) zeroes all but the last page of the step's frontier "
            "run (check_zeroing on both paths: the lean step included)",
            kernel=check_zeroing),
+    Mutant("decode-liveness-row-zero-is-an-owner", hoststate_mod,
+           '        self.names: list[str] = [""]  # row 0 is never an owner\'s: '
+           "``all_live`` clips negative handles to it\n",
+           "        self.names: list[str] = []\n",
+           "row 0 is an owner's, so the decode step's clipped liveness take sends a negative handle to it: the "
+           "lane extends owner 0 instead of raising UnknownOwnerError (check_decode_handles)",
+           kernel=check_decode_handles, paths=("torch",)),
+    Mutant("decode-pattern-wrong-end", batch_mod,
+           "            if raw == pat[0]:\n                return c, pat[1]\n",
+           "            if raw == pat[0]:\n                return k - 1, pat[1]\n",
+           "the decode step's demand pattern matches a step of one low-end page per lane but reports the high end "
+           "class: every lane gets a page of the wrong class (check_decode_handles)",
+           kernel=check_decode_handles, paths=("torch",)),
 )
 
 # The ten bug kinds the issue asks for, each a substring of at least one mutant's name.
