@@ -17,7 +17,8 @@ object in its place: a batch is not atomic). How:
 
 Host cost per call: numpy over the batch's pages, plus one dict lookup per owner name; device work: one upload
 and one table scatter, one zero launch per class with new pages (the lean decode step: an index fill for the
-pages from holes and a memset for the frontier run).
+pages from holes and a memset for the frontier run; a frontier run of consecutive ids writes both tables with
+one strided copy and no scatter).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from kvarena.spec.errors import (
 )
 
 _EMPTY = np.zeros(0, dtype=np.int64)
+_I64 = np.dtype(np.int64)
 
 
 class BatchOps:
@@ -156,14 +158,14 @@ class BatchOps:
         one slice copy from the staging buffer, v->p one more when the ids are a run (the pool's lowest ids
         usually are), the pages one memset; no scatter. Pages from holes too: one staged upload and one
         scatter per table row, the hole pages zeroed by one index fill, the frontier ones by one memset."""
-        if not (isinstance(owners, np.ndarray) and isinstance(demands, np.ndarray) and owners.dtype == np.int64
-                and demands.dtype == np.int64 and self.graph is None):
-            return None
+        if not (isinstance(owners, np.ndarray) and isinstance(demands, np.ndarray) and owners.dtype is _I64
+                and demands.dtype is _I64 and self.graph is None):  # ``is``: a dtype equal to int64 but another
+            return None  # object (a non-native byte order) takes the general path
         n, k = len(owners), len(self.order)
         if demands.shape != (n, k) or not n:
             return None
         log = self.owners
-        if not (owners.ndim == 1 and owners.flags.c_contiguous and log.all_live(owners)):  # all admitted, no ufunc
+        if not (owners.ndim == 1 and log.all_live(owners)):  # every handle admitted (no ufunc)
             return None
         c, counts = self._decode_demand(demands, n, k)
         ones = counts is not None
@@ -195,7 +197,7 @@ class BatchOps:
         if floats:
             room = (floats[0].lo_byte - low.hi_byte if c == 0 else high.lo_byte - floats[-1].hi_byte) // band.page_bytes
         else:
-            room = (high.lo_byte - low.hi_byte) // band.page_bytes
+            room = (high.lo * high.page_bytes - low.hi * low.page_bytes) // band.page_bytes  # the gap
         if g > room:
             return None
         vids = self.pool.take(total)
@@ -219,9 +221,11 @@ class BatchOps:
             band.live.put(slots, vids)
         else:
             slots = front
-            band.live.put_run(first, vids if c == 0 else vids[::-1])  # the frontier run, in slot order
+            by_slot = vids if c == 0 else vids[::-1]  # the frontier run's ids in slot order
+            band.live.put_run(first, by_slot)
         v0 = int(vids[0])
-        if int(vids[-1]) - v0 == total - 1:  # ascending distinct ids: a run, so the mirrors take slices
+        v_run = int(vids[-1]) - v0 == total - 1  # ascending distinct ids: a run, so the mirrors take slices
+        if v_run:
             self.vcls[v0:v0 + total] = c
             self.vslot[v0:v0 + total] = slots
             self.refs[v0:v0 + total] = 1
@@ -236,7 +240,7 @@ class BatchOps:
             assert dev is not None
             zero_slots(self.mem.words, dev[:h], band.page_bytes)
         else:
-            self.tables.bind_run(c, vids, slots, first, desc=c != 0)
+            self.tables.bind_run(c, vids, slots, first, by_slot, v_run)
         zero_run(self.mem.words, first, g, band.page_bytes)
         self.stats["zero_launches"] += (h > 0) + (g > 0)
         return BatchResult(list(self.order), demands.copy() if counts is None else counts, vids, slots,

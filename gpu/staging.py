@@ -104,7 +104,7 @@ class Staging:
         hv = s.views.get((r, n))
         if hv is None:
             hv = s.views[(r, n)] = s.host[:r * n].view(r, n)
-        dst.copy_(hv, non_blocking=True)
+        dst.copy_(hv, True)  # non_blocking (positional: torch parses keywords slower)
         if self.events is not None:
             s.event = self.events()
             if hasattr(s.event, "record"):

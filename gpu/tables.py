@@ -11,7 +11,9 @@ the number of pages bound at once, which is at most ``sum(top_c)``: that is the 
 Both tables are views of one flat device tensor (``flat``: v->p rows first, then p->v rows), so the
 changes of a call are one upload through the pinned staging ring (``staging.py``) of flat indices and values
 and **one** ``index_copy_`` into ``flat``, whatever the batch or the number of classes (the index ranges of
-the two tables are disjoint, so the one scatter has no duplicate index). Moves remap inside the move kernel
+the two tables are disjoint, so the one scatter has no duplicate index). A decode step's frontier run of
+consecutive ids and slots needs no index at all: its v->p and p->v slices are one strided ``(2, n)`` view of
+``flat`` and one staged copy (``bind_run``). Moves remap inside the move kernel
 itself (``kernels.move``, ``remap=``). ``host_v2p`` reads the tables
 back (the ``observe()`` of the conformance adapter, never on the hot path), so a table that drifted from
 the plan is seen.
@@ -81,16 +83,15 @@ class Tables:
         dev = self.scatter(2 * n, parts)
         return dev[2 * n:3 * n] if extra is None else dev[4 * n:]
 
-    def bind_run(self, c: int, vids: np.ndarray, slots: np.ndarray, first: int, desc: bool) -> None:
-        """One class's new pages whose slots are the run ``[first, first + n)`` (frontier pages: ``slots`` ascends
-        from ``first``, or descends to it when ``desc``) and ``vids`` ascend. When the ids are a run too (the
-        pool's lowest ids usually are), both entries are contiguous: ``flat``'s v->p slice and p->v slice as
-        one strided ``(2, n)`` view, one staged copy, no scatter. Else one upload and a scatter per row."""
+    def bind_run(self, c: int, vids: np.ndarray, slots: np.ndarray, first: int, by_slot: np.ndarray,
+                 v_run: bool) -> None:
+        """One class's new pages whose slots are the run ``[first, first + n)`` (frontier pages; ``by_slot``: the
+        ids in slot order) and whose ``vids`` ascend. When the ids are a run too (``v_run``: the pool's lowest
+        ids usually are), both entries are contiguous: ``flat``'s v->p slice and p->v slice as one strided
+        ``(2, n)`` view, one staged copy, no scatter. Else one upload and a scatter per row."""
         n = len(vids)
-        by_slot = vids[::-1] if desc else vids
-        v0 = int(vids[0])
-        if int(vids[-1]) - v0 == n - 1:  # ascending distinct ids spanning n values: the run v0 .. v0 + n - 1
-            a, b = c * self.cols_v + v0, self.p_base + c * self.cols_p + first  # b - a >= n: disjoint rows
+        if v_run:  # the ids v0 .. v0 + n - 1
+            a, b = c * self.cols_v + int(vids[0]), self.p_base + c * self.cols_p + first  # b - a >= n: disjoint rows
             self.staging.copy_rows(self.flat.as_strided((2, n), (b - a, 1), a), [slots, by_slot])
             return
         dev = self.staging.upload_parts([vids, slots])
