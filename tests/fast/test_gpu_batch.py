@@ -278,7 +278,8 @@ def _steps(a: Any, n: int) -> list[Any]:
     out.append(a.free_batch([*owners[::3], "ghost"]))
     out.append(a.extend_batch(owners[1::3], [{"full": 2}] * len(owners[1::3])))  # reuses the holes just freed
     rows = a.owners.lookup(owners[1::3])
-    out.append(a.extend_batch(rows, np.tile(np.array([[0, 1]], dtype=np.int64), (len(rows), 1))))  # lean path
+    for _ in range(6):  # the lean path: from holes until they run out, then frontier runs
+        out.append(a.extend_batch(rows, np.tile(np.array([[0, 1]], dtype=np.int64), (len(rows), 1))))
     live = owners[1::3]
     locs = a.token_locs("full", live, np.full(len(live), 4 * 5), np.full(len(live), 4 * 5 + 1))  # decode
     out.append(tuple(locs.shape))
@@ -296,13 +297,36 @@ def test_hot_path_runs_on_the_meta_device() -> None:
     for m, c in zip(got_meta, got_cpu):
         assert m == c if isinstance(m, tuple) else [_norm(x) for x in m] == [_norm(x) for x in c]
     batches = [x for x in got_meta if isinstance(x, BatchResult)]
-    assert len(batches) == 6 and all(not x.errors and not x.plans for x in batches), "every call: rung 1, batched"
+    assert len(batches) == 11 and all(not x.errors and not x.plans for x in batches), "every call: rung 1, batched"
     for c in meta.order:
         assert np.array_equal(meta.bands[c].live.arr, cpu.bands[c].live.arr)
         assert list(meta.bands[c].holes) == list(cpu.bands[c].holes)
     assert np.array_equal(meta.vslot, cpu.vslot) and np.array_equal(meta.vcls, cpu.vcls)
     with pytest.raises((RuntimeError, NotImplementedError)):
         meta.tables.v2p.cpu()  # the proof means something: a read of a meta tensor fails
+
+
+def test_decode_frontier_run_on_the_meta_device() -> None:
+    """The decode step whose fresh ids and frontier slots are both runs (one strided copy into both tables, one
+    memset) on the meta device, low end and high end: the host state is the CPU twin's, whose tables read back
+    equal the host mirrors."""
+    config = ArenaConfig(preset("toy-swa"), 1 << 20, page_size=4, max_context_len=16)
+    arenas = make(config, device="meta"), make(config, device="cpu")
+    for a in arenas:
+        rows = a.admit_batch([f"d{i}" for i in range(40)], np.zeros((40, 2), dtype=np.int64)).rows
+        for c in (1, 0, 1):
+            d = np.zeros((40, 2), dtype=np.int64)
+            d[:, c] = 1
+            res = a.extend_batch(rows, d)
+            assert not res.errors and not res.plans
+            assert np.array_equal(res.vids, np.arange(res.vids[0], res.vids[0] + 40)), "fresh ids: a run"
+    meta, cpu = arenas
+    for c in meta.order:
+        assert np.array_equal(meta.bands[c].live.arr, cpu.bands[c].live.arr)
+    assert np.array_equal(meta.vslot, cpu.vslot) and np.array_equal(meta.vcls, cpu.vcls)
+    v2p = cpu.tables.v2p.cpu().numpy()
+    for vid in range(120):
+        assert v2p[cpu.vcls[vid], vid] == cpu.vslot[vid], f"vid {vid}: the device v->p is not the host's"
 
 
 # ---------------------------------------------------------------------------------------------
