@@ -1,5 +1,7 @@
 """`kvarena check-policy`: shipped policies pass; a deliberately unsafe one fails with a readable trace."""
 
+import re
+
 import pytest
 
 from kvarena.cli import main
@@ -12,7 +14,9 @@ def test_shipped_policy_passes_with_quality_table(capsys) -> None:
     assert "MiB moved" in out and "gpt-oss-20b" in out and "ladder" in out  # compared with the default
     assert "hymba-1.5b" in out  # the three-class trace: rung 3 (relayout) in the comparison
     assert "1 of 1 policies safe" in out
-    assert "Z3 plan obligations: 42/42 proven" in out
+    # every obligation proven, and there are some (the count grows with the invariants: not pinned here)
+    m = re.search(r"Z3 plan obligations: (\d+)/(\d+) proven", out)
+    assert m and m.group(1) == m.group(2) and int(m.group(2)) >= 40, out
 
 
 @pytest.mark.parametrize("policy, inv, rule", [
@@ -23,7 +27,9 @@ def test_unsafe_policy_is_caught_with_a_shrunk_trace(capsys, policy: str, inv: s
     assert main(["check-policy", policy, "--no-quality", "--no-proofs"]) == 1
     out = capsys.readouterr().out
     assert "VIOLATED" in out and inv in out and rule in out
-    assert "state = PolicyMachine()" in out and "state.admit(" in out  # a runnable reproducer
+    # a runnable reproducer: the machine, its setup and at least one rule after it (which rule shrinks out varies)
+    assert "state = PolicyMachine()" in out and "state.setup(" in out, out
+    assert re.search(r"state\.(?!setup|all_invariants_hold|data_reads_back|teardown)\w+\(", out), out
     assert "0 of 1 policies safe" in out
 
 
