@@ -17,7 +17,7 @@ Every checker is a function of a document's text, so the negative tests feed it 
 
 from __future__ import annotations
 
-import importlib.util
+import importlib.machinery
 import json
 import re
 import shutil
@@ -306,7 +306,9 @@ def code_ref_problems(root: Path = ROOT) -> list[str]:
 
 
 def sglang_wheel() -> Path | None:
-    spec = importlib.util.find_spec("sglang")  # locates the package without importing it
+    # PathFinder searches sys.path only: find_spec would consult sys.modules, where another test in this worker
+    # may have left a stand-in sglang without a __spec__
+    spec = importlib.machinery.PathFinder.find_spec("sglang")
     return Path(spec.origin).parent if spec and spec.origin else None
 
 
