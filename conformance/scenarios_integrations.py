@@ -17,24 +17,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kvarena.conformance.harness import CACHE, OPS, Expect
+from kvarena.conformance.scenarios_sglang import _s, ok, refused  # the scripted scenarios' shared steps
 
 if TYPE_CHECKING:
     from kvarena.conformance.conductor import Conductor
     from kvarena.conformance.scenarios import VectorSpec
-
-
-def _s() -> Any:
-    from kvarena.conformance import scenarios
-
-    return scenarios
-
-
-def ok(c: Conductor, what: str, op: str, rung: int | None = None, **args: Any) -> Expect:
-    return _s().must(c.run(op, **args), what, rung=rung)
-
-
-def refused(c: Conductor, code: str, what: str, op: str, **args: Any) -> Expect:
-    return _s().must(c.run(op, **args), what, code=code)
 
 
 def check(cond: bool, what: str) -> None:

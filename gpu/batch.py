@@ -321,14 +321,18 @@ class BatchOps:
             except ArenaError as e:
                 res.errors[r] = e
                 continue
-            for c, name in enumerate(self.order):
-                got = adm.pages.get(name, ())
-                counts[r, c] = len(got)
-                vids += got
-                slots += adm.plan.placements.get(name, ())
-            res.plans[r] = adm.plan
+            self._collect(res, r, adm, vids, slots)
         res.vids, res.slots = np.array(vids, dtype=np.int64), np.array(slots, dtype=np.int64)
         return res
+
+    def _collect(self, res: BatchResult, r: int, adm: Any, vids: list[int], slots: list[int]) -> None:
+        """Lane ``r``'s sequential admission into the batch result: counts per class, ids and slots in order."""
+        for c, name in enumerate(self.order):
+            got = adm.pages.get(name, ())
+            res.counts[r, c] = len(got)
+            vids += got
+            slots += adm.plan.placements.get(name, ())
+        res.plans[r] = adm.plan
 
     def _sequential_admits(self, owners: Sequence[str], demands: Any) -> BatchResult:
         n, k = len(owners), len(self.order)
@@ -344,12 +348,7 @@ class BatchOps:
             except ArenaError as e:
                 res.errors[r] = e
                 continue
-            for c, name in enumerate(self.order):
-                got = adm.pages.get(name, ())
-                counts[r, c] = len(got)
-                vids += got
-                slots += adm.plan.placements.get(name, ())
-            res.plans[r] = adm.plan
+            self._collect(res, r, adm, vids, slots)
         res.vids, res.slots = np.array(vids, dtype=np.int64), np.array(slots, dtype=np.int64)
         return res
 
