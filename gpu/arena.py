@@ -70,8 +70,10 @@ class DeviceArena:
     # -- typed views --------------------------------------------------------------------------
     def _build_views(self, cls: str) -> dict[tuple[int, str], torch.Tensor]:
         layout = self.layouts[cls]
-        n_entries = self.top[cls] * self.epp[cls]
-        used = self.raw[: self.top[cls] * self.page_bytes[cls]]
+        # every entry on the grid and on through the padding entry: a kernel's index_put / gather through a
+        # padded lane lands in the padding bytes instead of raising (they lie past capacity, before the dump pages)
+        n_entries = self.pad_entry(cls) + 1
+        used = self.raw[: n_entries * layout.entry_bytes]
         out: dict[tuple[int, str], torch.Tensor] = {}
         for slot in layout.slots:
             row = slot.row
@@ -94,7 +96,8 @@ class DeviceArena:
         return -(-self.capacity // eb)
 
     def views(self, cls: str) -> dict[tuple[int, str], torch.Tensor]:
-        """``{(layer, part): tensor of shape (entries on the grid, *row.shape)}`` in each row's dtype."""
+        """``{(layer, part): tensor of shape (pad_entry(cls) + 1, *row.shape)}`` in each row's dtype: the grid's
+        entries, then the few past its last whole page up to and including the padding entry."""
         return self._views[cls]
 
     def row_view(self, cls: str, row: int) -> torch.Tensor:

@@ -25,22 +25,25 @@ def _arena(model: str, capacity: int, page_size: int = 4) -> DeviceArena:
 @pytest.mark.parametrize("model,capacity,page_size", [("toy-tri", 3000, 2), ("toy-tri", 4096, 4),
                                                       ("kimi-k3", 3 * 1990656 + 1000, 64)])
 def test_views_alias_the_right_bytes(model: str, capacity: int, page_size: int) -> None:
-    """Every row view has the row's dtype and shape, one element per entry on the grid, and writing one element
-    changes exactly the bytes at entry * entry_bytes + row_offset."""
+    """Every row view has the row's dtype and shape, one element per entry on the grid and on through the padding
+    entry (a padded lane indexes it), and writing one element changes exactly the bytes at
+    entry * entry_bytes + row_offset; the padding entry's bytes lie past capacity."""
     a = _arena(model, capacity, page_size)
     rng = random.Random(capacity)
     for c in a.classes.values():
         layout = entry_layout(c)
         views = a.views(c.name)
         assert list(views) == [(s.row.layer, s.row.part) for s in layout.slots]
-        n_entries = a.top[c.name] * a.epp[c.name]
+        n_entries = a.pad_entry(c.name) + 1
+        assert n_entries > a.top[c.name] * a.epp[c.name] and (n_entries - 1) * layout.entry_bytes >= a.capacity
+        assert n_entries * layout.entry_bytes <= min(a.dump_slot[n] * a.page_bytes[n] for n in a.classes)
         for i, slot in enumerate(layout.slots):
             v = views[(slot.row.layer, slot.row.part)]
             assert v.dtype == TORCH_DTYPES[slot.row.dtype] and tuple(v.shape) == (n_entries, *slot.row.shape)
             assert v.stride(0) * v.element_size() == layout.entry_bytes
             if not n_entries or (i > 3 and i != len(layout.slots) - 1):  # bytes: first rows and the last
                 continue
-            e = rng.randrange(n_entries)
+            e = n_entries - 1 if i == 0 else rng.randrange(n_entries)  # the padding entry, then any
             before = a.raw.clone()
             noise = torch.randint(1, 255, (slot.row.nbytes,), dtype=torch.uint8)
             v[e] = noise.view(v.dtype).view(v.shape[1:])

@@ -222,3 +222,27 @@ def test_gpu_translate_tokens_agrees_with_the_reference_on_every_kind_of_lane() 
         got = gpu.translate_tokens(cls, torch.tensor(ids, dtype=torch.int64), out_width=len(ids) + 3)
         assert got.tolist() == want, cls
         assert gpu.pad_entry(cls) == ref.pad_entry(cls)
+
+
+def test_a_torch_store_through_padded_lanes_lands_past_the_arena() -> None:
+    """An engine's store kernel written with torch indexing (``view[lanes] = x``) over a fixed-width step: the
+    padded lanes index the row views (no IndexError) and change no byte below capacity, so every page keeps
+    what it held; only the padding bytes past capacity change."""
+    from kvarena.gpu.allocator import make
+
+    config = _config()
+    gpu = make(config)
+    adm = gpu.admit("a", {"state": 1, "window": 2, "full": 3})
+    for pages in adm.pages.values():
+        for v in pages:
+            gpu.write(v, 0, 0, v + 11)
+    before = gpu.mem.raw.clone()
+    for cls in gpu.order:
+        lanes = gpu.translate_tokens(cls, torch.tensor([], dtype=torch.int64), out_width=WIDTH)
+        assert set(lanes.tolist()) == {gpu.pad_entry(cls)}
+        for view in gpu.views(cls).values():
+            view[lanes] = torch.ones(view.shape[1:], dtype=view.dtype)
+    cap = config.capacity
+    assert torch.equal(gpu.mem.raw[:cap], before[:cap])
+    assert not torch.equal(gpu.mem.raw[cap:], before[cap:])  # the stores happened, in the padding bytes
+    assert all(gpu.read(v, 0, 0) == v + 11 for pages in adm.pages.values() for v in pages)
