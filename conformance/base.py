@@ -72,9 +72,20 @@ def check_demand(demand: Any, order: Sequence[str], top: Mapping[str, int], page
     return out
 
 
-def check_vids(vids: Sequence[int], bound: Container[int], what: str, hint: str = "") -> list[int]:
-    """No id twice, every id bound (``bound``: the live virtual ids)."""
+def check_ints(vids: Sequence[int], what: str) -> list[int]:
+    """Virtual ids are ints: a bool or a float hashes like an int and would name a page."""
     vids = list(vids)
+    bad = [v for v in vids if not _is_int(v)]
+    if bad:
+        raise InvalidArgumentError(f"{what}: virtual page ids must be ints, got {bad[0]!r} "
+                                   f"({type(bad[0]).__name__}); pass the ids admit/extend returned")
+    return vids
+
+
+def check_vids(vids: Sequence[int], bound: Container[int], what: str, hint: str = "") -> list[int]:
+    """Ints only (a bool or a float hashes like an int and would name a page), no id twice, every id bound
+    (``bound``: the live virtual ids) — the reference's order of checks."""
+    vids = check_ints(vids, what)
     if len(set(vids)) != len(vids):
         raise InvalidArgumentError(f"{what}: duplicate virtual page ids {sorted(vids)}")
     for v in vids:
@@ -137,8 +148,7 @@ class PoolAdapter:
         return self.owners[owner]
 
     def _row(self, vid: int, entry: int, row: int) -> Page:
-        if vid not in self.v2p:
-            raise UnknownPageError(f"virtual page {vid} is not bound; write/read only live pages")
+        check_vids([vid], self.v2p, "write/read", "; write/read only live pages")
         cls, slot = self.v2p[vid]
         if not (_is_int(entry) and _is_int(row) and 0 <= entry < self.entries[cls] and 0 <= row < self.rows[cls]):
             raise InvalidArgumentError(f"page {vid} ({cls}): entry {entry}, row {row} out of range")
@@ -205,7 +215,7 @@ class PoolAdapter:
 
     def drop(self, owner: str, vids: Sequence[int]) -> list[int]:
         held = self._owner(owner)
-        vids = list(vids)
+        vids = check_ints(vids, f"drop({owner!r})")
         if len(set(vids)) != len(vids):
             raise InvalidArgumentError(f"drop({owner!r}): duplicate ids {sorted(vids)}")
         missing = [v for v in vids if v not in self.v2p or v not in held[self.v2p[v][0]]]
@@ -282,8 +292,7 @@ class PoolAdapter:
         return self.read_row(cls, slot, entry, row)
 
     def translate(self, vid: int) -> Page:
-        if vid not in self.v2p:
-            raise UnknownPageError(f"translate: virtual page {vid} is not bound")
+        check_vids([vid], self.v2p, "translate")
         return self.v2p[vid]
 
     def compact(self, max_moves: int | None = None) -> Plan:
