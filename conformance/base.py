@@ -39,7 +39,7 @@ from kvarena.spec.errors import (
     UnknownOwnerError,
     UnknownPageError,
 )
-from kvarena.spec.layout import entries_per_page, entry_layout
+from kvarena.spec.layout import Kind, entries_per_page, entry_layout
 from kvarena.spec.models import ArenaConfig, chain
 from kvarena.spec.types import Mode, Observation, Plan, Rung, UserKind
 
@@ -142,6 +142,23 @@ class PoolAdapter:
     def _vids(self, vids: Sequence[int], what: str) -> list[int]:
         return check_vids(vids, self.v2p, what)
 
+    def _not_state(self, vids: Sequence[int], what: str) -> None:
+        """A recurrent page is one owner's state: never shared (the spec's copy_state gives another owner a copy)."""
+        state = [v for v in vids if self.kind[self.v2p[v][0]] is Kind.RECURRENT]
+        if state:
+            raise InvalidArgumentError(f"{what}: page {state[0]} is recurrent state, which one owner holds alone; "
+                                       "give the other owner its own copy instead of sharing it")
+
+    def _state_slots(self, owner: str, held: Mapping[str, Mapping[int, None]] | None,
+                     demand: Mapping[str, int]) -> None:
+        """An owner holds at most ``config.recurrent_slots`` recurrent pages (its own plus the new ones)."""
+        cap = self.config.recurrent_slots
+        for cls, n in demand.items():
+            have = len(held[cls]) if held is not None else 0
+            if self.kind[cls] is Kind.RECURRENT and have + n > cap:
+                raise InvalidArgumentError(f"owner {owner!r} would hold {have + n} recurrent {cls!r} pages, more "
+                                           f"than recurrent_slots={cap}; raise ArenaConfig.recurrent_slots")
+
     def _owner(self, owner: str) -> dict[str, dict[int, None]]:
         if owner not in self.owners:
             raise UnknownOwnerError(f"owner {owner!r} holds no pages; admit it first")
@@ -177,6 +194,8 @@ class PoolAdapter:
             raise DuplicateOwnerError(f"owner {owner!r} is already admitted")
         d = self._demand(demand)
         shared = self._vids(shared, f"admit({owner!r}) shared")
+        self._not_state(shared, f"admit({owner!r}) shared")
+        self._state_slots(owner, None, d)
         pages = self._admit_pages(d)
         held: dict[str, dict[int, None]] = {c: {} for c in self.order}
         for v in shared:
@@ -189,7 +208,9 @@ class PoolAdapter:
 
     def extend(self, owner: str, demand: Mapping[str, int]) -> Any:
         held = self._owner(owner)
-        pages = self._admit_pages(self._demand(demand))
+        d = self._demand(demand)
+        self._state_slots(owner, held, d)
+        pages = self._admit_pages(d)
         for c, vs in pages.items():
             held[c].update(dict.fromkeys(vs))
         return SimpleNamespace(pages=pages)
@@ -202,6 +223,7 @@ class PoolAdapter:
     # -- owners and freeing ---------------------------------------------------------------------------
     def share(self, owner: str, vids: Sequence[int]) -> None:
         vids = self._vids(vids, f"share({owner!r})")
+        self._not_state(vids, f"share({owner!r})")
         held = self.owners.get(owner)
         if held is not None:
             dup = [v for v in vids if v in held[self.v2p[v][0]]]

@@ -34,3 +34,25 @@ def test_non_int_ids_are_refused_like_the_reference(op: str, bad: object) -> Non
         with pytest.raises(InvalidArgumentError, match="must be ints"):
             CALLS[op](arena, bad)
         assert state() == before, type(arena).__name__
+
+
+STATE_CALLS = {
+    "share-state": lambda a, st: a.share("b", [st]),
+    "admit-shared-state": lambda a, st: a.admit("c", {}, shared=[st]),
+    "admit-two-states": lambda a, st: a.admit("c", {"state": 2}),
+    "extend-second-state": lambda a, st: a.extend("a", {"state": 1}),
+}
+
+
+@pytest.mark.parametrize("op", sorted(STATE_CALLS))
+def test_recurrent_state_rules_hold_like_the_reference(op: str) -> None:
+    """A recurrent page is never shared and an owner holds at most recurrent_slots (default 1) of them."""
+    config = ArenaConfig(preset("toy-tri"), 6144, page_size=2, max_context_len=16)
+    for arena in (Arena(config), make(config)):
+        adm = arena.admit("a", {"state": 1, "full": 1})
+        arena.admit("b", {"full": 1})
+        state = arena.snapshot if isinstance(arena, Arena) else arena.observe
+        before = state()
+        with pytest.raises(InvalidArgumentError, match="recurrent"):
+            STATE_CALLS[op](arena, adm.pages["state"][0])
+        assert state() == before, type(arena).__name__
