@@ -38,16 +38,14 @@ from kvarena.spec.errors import (
     ReleaseWithoutAcquireError,
     UnknownOwnerError,
     UnknownPageError,
+    check_ids,
+    is_int,
 )
 from kvarena.spec.layout import Kind, entries_per_page, entry_layout
 from kvarena.spec.models import ArenaConfig, chain
 from kvarena.spec.types import Mode, Observation, Plan, Rung, UserKind
 
 Page = tuple[str, int]  # (class, slot)
-
-
-def _is_int(x: object) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
 
 
 def check_demand(demand: Any, order: Sequence[str], top: Mapping[str, int], page_bytes: Mapping[str, int],
@@ -60,7 +58,7 @@ def check_demand(demand: Any, order: Sequence[str], top: Mapping[str, int], page
     for cls, n in demand.items():
         if cls not in top:
             raise InvalidArgumentError(f"demand names class {cls!r}; use one of {list(order)}")
-        if not _is_int(n) or n < 0:
+        if not is_int(n) or n < 0:
             raise InvalidArgumentError(f"demand for {cls!r} must be an int >= 0 pages, got {n!r}")
         if n > top[cls]:
             raise InvalidArgumentError(f"demand of {n} {cls!r} pages exceeds the {top[cls]} pages the whole arena "
@@ -72,20 +70,10 @@ def check_demand(demand: Any, order: Sequence[str], top: Mapping[str, int], page
     return out
 
 
-def check_ints(vids: Sequence[int], what: str) -> list[int]:
-    """Virtual ids are ints: a bool or a float hashes like an int and would name a page."""
-    vids = list(vids)
-    bad = [v for v in vids if not _is_int(v)]
-    if bad:
-        raise InvalidArgumentError(f"{what}: virtual page ids must be ints, got {bad[0]!r} "
-                                   f"({type(bad[0]).__name__}); pass the ids admit/extend returned")
-    return vids
-
-
 def check_vids(vids: Sequence[int], bound: Container[int], what: str, hint: str = "") -> list[int]:
     """Ints only (a bool or a float hashes like an int and would name a page), no id twice, every id bound
     (``bound``: the live virtual ids) — the reference's order of checks."""
-    vids = check_ints(vids, what)
+    vids = check_ids(vids, what)
     if len(set(vids)) != len(vids):
         raise InvalidArgumentError(f"{what}: duplicate virtual page ids {sorted(vids)}")
     for v in vids:
@@ -167,7 +155,7 @@ class PoolAdapter:
     def _row(self, vid: int, entry: int, row: int) -> Page:
         check_vids([vid], self.v2p, "write/read", "; write/read only live pages")
         cls, slot = self.v2p[vid]
-        if not (_is_int(entry) and _is_int(row) and 0 <= entry < self.entries[cls] and 0 <= row < self.rows[cls]):
+        if not (is_int(entry) and is_int(row) and 0 <= entry < self.entries[cls] and 0 <= row < self.rows[cls]):
             raise InvalidArgumentError(f"page {vid} ({cls}): entry {entry}, row {row} out of range")
         return cls, slot
 
@@ -237,7 +225,7 @@ class PoolAdapter:
 
     def drop(self, owner: str, vids: Sequence[int]) -> list[int]:
         held = self._owner(owner)
-        vids = check_ints(vids, f"drop({owner!r})")
+        vids = check_ids(vids, f"drop({owner!r})")
         if len(set(vids)) != len(vids):
             raise InvalidArgumentError(f"drop({owner!r}): duplicate ids {sorted(vids)}")
         missing = [v for v in vids if v not in self.v2p or v not in held[self.v2p[v][0]]]
@@ -251,7 +239,7 @@ class PoolAdapter:
         held = self._owner(owner)
         if cls not in self.kind:
             raise InvalidArgumentError(f"slide: unknown class {cls!r}; use one of {self.order}")
-        if not _is_int(n) or not 0 <= n <= len(held[cls]):
+        if not is_int(n) or not 0 <= n <= len(held[cls]):
             raise InvalidArgumentError(f"slide({owner!r}, {cls!r}, {n!r}): n must be in [0, {len(held[cls])}]")
         out = list(islice(held[cls], n))
         for v in out:
@@ -305,7 +293,7 @@ class PoolAdapter:
     # -- data, queries, compaction ------------------------------------------------------------------------
     def write(self, vid: int, entry: int, row: int, tag: int) -> None:
         cls, slot = self._row(vid, entry, row)
-        if not _is_int(tag):
+        if not is_int(tag):
             raise InvalidArgumentError(f"write: tag must be an int, got {tag!r}")
         self.write_row(cls, slot, entry, row, tag)
 
@@ -318,7 +306,7 @@ class PoolAdapter:
         return self.v2p[vid]
 
     def compact(self, max_moves: int | None = None) -> Plan:
-        if max_moves is not None and (not _is_int(max_moves) or max_moves < 0):
+        if max_moves is not None and (not is_int(max_moves) or max_moves < 0):
             raise InvalidArgumentError(f"compact: max_moves must be None or an int >= 0, got {max_moves!r}")
         # pages a user holds never move here, and withheld slots are not the pool's to reuse: simple and safe
         pinned = {p for p, n in self.holders.items() if n} | self.withheld

@@ -45,16 +45,14 @@ from kvarena.spec.errors import (
     ReleaseWithoutAcquireError,
     UnknownOwnerError,
     UnknownPageError,
+    check_ids,
+    is_int,
 )
 from kvarena.spec.layout import Kind
 from kvarena.spec.models import ArenaConfig, chain, worst_case_demand
 from kvarena.spec.types import Mode, Observation, Plan, Rung, UserKind
 
 _NONE = np.zeros(0, dtype=np.int64)
-
-
-def _is_int(x: object) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
 
 
 def _is_id(x: object) -> bool:
@@ -150,13 +148,7 @@ class GpuArena(BatchOps, MoveOps):
         return out
 
     def _ids(self, vids: Sequence[int], what: str) -> list[int]:
-        """Virtual ids are ints: a float or a bool (which hash like ints) is refused, never read as a page."""
-        vids = list(vids)
-        bad = [v for v in vids if not _is_id(v)]
-        if bad:
-            raise InvalidArgumentError(f"{what}: virtual page ids must be ints, got {bad[0]!r} "
-                                       f"({type(bad[0]).__name__}); pass the ids admit/extend returned")
-        return vids
+        return check_ids(vids, what, _is_id)
 
     def _bound(self, vids: Sequence[int], what: str) -> list[int]:
         vids = self._ids(vids, what)
@@ -515,7 +507,7 @@ class GpuArena(BatchOps, MoveOps):
             raise UnknownPageError(f"virtual page {vid} is not bound; write/read only live pages")
         cls, slot = loc
         n_e, n_r = self.mem.epp[cls], len(self.mem.layouts[cls].slots)
-        if not (_is_int(entry) and _is_int(row) and 0 <= entry < n_e and 0 <= row < n_r):
+        if not (is_int(entry) and is_int(row) and 0 <= entry < n_e and 0 <= row < n_r):
             raise InvalidArgumentError(f"page {vid} ({cls}) got entry {entry!r}, row {row!r}; pass an int entry in "
                                        f"[0, {n_e}) and an int row in [0, {n_r})")
         return cls, slot
@@ -523,7 +515,7 @@ class GpuArena(BatchOps, MoveOps):
     def write(self, vid: int, entry: int, row: int, tag: int) -> None:
         """Write ``tag``'s bytes into one row of one entry of page ``vid``, through the row's typed view."""
         cls, slot = self._page_row(vid, entry, row)
-        if not _is_int(tag):
+        if not is_int(tag):
             raise InvalidArgumentError(f"write: tag must be an int (a content fingerprint), got {tag!r}")
         if not -(1 << 63) <= tag < 1 << 63:  # the row holds the tag's bytes: 64 of them
             raise InvalidArgumentError(f"write: tag {tag} is outside the int64 range this implementation stores")
@@ -555,7 +547,7 @@ class GpuArena(BatchOps, MoveOps):
         if cls not in self.bands:
             raise InvalidArgumentError(f"unknown class {cls!r}; use one of {self.order}")
         epp = self.mem.epp[cls]
-        if not _is_int(vtoken) or vtoken < 0:
+        if not is_int(vtoken) or vtoken < 0:
             raise InvalidArgumentError(f"translate_token: virtual token {vtoken!r} must be an int >= 0 "
                                        "(vpage * entries_per_page + i)")
         vid, i = divmod(vtoken, epp)
@@ -602,7 +594,7 @@ class GpuArena(BatchOps, MoveOps):
         if cls not in self.bands:
             raise InvalidArgumentError(f"unknown class {cls!r}; use one of {self.order}")
         band = self.bands[cls]
-        if not _is_int(slot) or not 0 <= slot < band.top:
+        if not is_int(slot) or not 0 <= slot < band.top:
             raise InvalidArgumentError(f"page_offset: slot {slot!r} is off the {cls!r} grid; pass a slot in "
                                        f"[0, {band.top})")
         return slot * band.page_bytes
@@ -638,7 +630,7 @@ class GpuArena(BatchOps, MoveOps):
         from kvarena.spec.layout import Kind
 
         self.poll()
-        if not _is_int(src):
+        if not is_int(src):
             raise InvalidArgumentError(f"copy_state({owner!r}): virtual page ids must be ints, got {src!r} "
                                        f"({type(src).__name__}); pass the ids admit/extend returned")
         (src,) = self._bound([src], f"copy_state({owner!r})")

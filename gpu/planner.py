@@ -28,6 +28,7 @@ from kvarena.gpu.moveseq import MoveSeq
 from kvarena.spec.errors import AdmissionRejectedError
 from kvarena.spec.layout import Kind, entry_layout
 from kvarena.spec.models import ArenaConfig, chain
+from kvarena.spec.sizing import least, size_ends
 from kvarena.spec.types import Move, Plan, Rung
 
 _NO = np.zeros(0, dtype=np.int64)
@@ -356,6 +357,10 @@ class EndSeq:
     def __len__(self) -> int:
         return len(self.src)
 
+    def extend(self, k: int | None = None) -> int:
+        """How many of the first ``k`` moves exist (all of them, if None): numpy built the whole sequence."""
+        return len(self.src) if k is None else min(k, len(self.src))
+
     def view(self, k: int) -> View:
         v = self._views.get(k)
         if v is None:
@@ -364,55 +369,6 @@ class EndSeq:
 
     def moves(self, k: int) -> MoveSeq:
         return MoveSeq([(self.band.name, self.src[:k], self.dst[:k])])
-
-
-def least(ok: Callable[[int], bool], total: int, first: int = 1, cap: int | None = None) -> int | None:
-    """The smallest count ``k`` in ``[first, min(total, cap)]`` with ``ok(k)``, or None: galloping (first, 2
-    first, 4 first, ...) then bisection between the last failing and the first passing probe. Every count it
-    returns was probed (so ``ok`` holds there even if it were not monotone); the probes are the spec's, so the
-    answer is the reference's in every case."""
-    if first == 0:
-        if ok(0):
-            return 0
-        first = 1
-    bad, k = first - 1, first
-    while True:
-        if cap is not None:
-            k = min(k, cap)
-        k = min(k, total)
-        if k <= bad:
-            return None
-        if ok(k):
-            good = k
-            while good - bad > 1:
-                mid = (bad + good) // 2
-                if ok(mid):
-                    good = mid
-                else:
-                    bad = mid
-            return good
-        bad, k = k, 2 * k
-
-
-def size_ends(fit: Callable[[int, int], bool], low: EndSeq, high: EndSeq) -> tuple[int, int] | None:
-    """How many moves of each end's sequence make the demand fit (``fit(0, 0)`` failed): one band alone if it
-    can, the one moving fewer bytes (a tie: the low band); else the low band's whole sequence and the fewest
-    high moves, then the fewest low moves that still fit; None if both whole sequences do not fit."""
-    p_low, p_high = low.band.page_bytes, high.band.page_bytes
-    k_low = least(lambda k: fit(k, 0), len(low))
-    cap = None if k_low is None else (k_low * p_low - 1) // p_high  # the high band must move fewer bytes
-    k_high = least(lambda k: fit(0, k), len(high), cap=cap) if cap is None or cap >= 1 else None
-    if k_high is not None:
-        return 0, k_high
-    if k_low is not None:
-        return k_low, 0
-    n_low = len(low)
-    k_high = least(lambda k: fit(n_low, k), len(high))
-    if k_high is None:
-        return None
-    k_low = least(lambda k: fit(k, k_high), len(low))
-    assert k_low is not None, "planner bug: fit(n_low, k_high) held when probed"
-    return k_low, k_high
 
 
 # ---------------------------------------------------------------------------------------------
@@ -522,9 +478,9 @@ class Ladder:
             fit = place(views3, demand, self.hints)
             if fit.ok:  # the ends move only what the relaid floats still need of them
                 ok = fits(views3)
-                k_high = least(lambda k: ok(n_low, k), n_high, first=0)
+                k_high = least(lambda k: ok(n_low, k), high, first=0)
                 assert k_high is not None
-                k_low = least(lambda k: ok(k, k_high), n_low, first=0)
+                k_low = least(lambda k: ok(k, k_high), low, first=0)
                 assert k_low is not None
                 return self.plan(Rung.RELAYOUT, [*low.moves(k_low), *high.moves(k_high)],
                                  place(at(views3, k_low, k_high), demand, self.hints), moves3, spans)

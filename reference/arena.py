@@ -26,12 +26,10 @@ from kvarena.reference.ladder import (
     EndPack,
     Placement,
     ceil_div,
-    least,
     place,
     plan_compaction,
     plan_float_fewest,
     plan_float_relayout,
-    size_ends,
 )
 from kvarena.reference.policy import Ladder, Policy
 from kvarena.reference.validate import validate_plan
@@ -45,16 +43,15 @@ from kvarena.spec.errors import (
     ReleaseWithoutAcquireError,
     UnknownOwnerError,
     UnknownPageError,
+    check_ids,
+    is_int,
 )
 from kvarena.spec.layout import Kind, entries_per_page, entry_layout
 from kvarena.spec.models import ArenaConfig, chain, worst_case_demand
+from kvarena.spec.sizing import least, size_ends
 from kvarena.spec.types import Mode, Move, Plan, Rung, UserKind
 
 PhysPage = tuple[str, int]  # (class name, slot on the class's page grid)
-
-
-def _is_int(x: object) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
 
 
 @dataclass(frozen=True)
@@ -178,18 +175,8 @@ class Arena:
                                        "never fit; split the request or raise capacity")
         return out
 
-    @staticmethod
-    def _check_ids(vids: Sequence[int], what: str) -> list[int]:
-        """Virtual ids are ints: a float or a bool (which hash like ints) is refused, never read as a page."""
-        vids = list(vids)
-        bad = [v for v in vids if not _is_int(v)]
-        if bad:
-            raise InvalidArgumentError(f"{what}: virtual page ids must be ints, got {bad[0]!r} "
-                                       f"({type(bad[0]).__name__}); pass the ids admit/extend returned")
-        return vids
-
     def _check_vids(self, vids: Sequence[int], what: str) -> list[int]:
-        vids = self._check_ids(vids, what)
+        vids = check_ids(vids, what)
         if len(set(vids)) != len(vids):
             raise InvalidArgumentError(f"{what}: duplicate virtual page ids {sorted(vids)}; name each page once")
         for v in vids:
@@ -555,7 +542,7 @@ class Arena:
     def drop(self, owner: str, vids: Sequence[int]) -> list[int]:
         """``owner`` lets go of ``vids``; pages whose last owner let go are freed. Returns those."""
         held = self._owner(owner)
-        vids = self._check_ids(vids, f"drop({owner!r})")
+        vids = check_ids(vids, f"drop({owner!r})")
         if len(set(vids)) != len(vids):
             raise InvalidArgumentError(f"drop({owner!r}): duplicate ids {sorted(vids)}; name each page once")
         missing = [v for v in vids if v not in self.v2p or v not in held[self.v2p[v][0]]]
@@ -692,20 +679,20 @@ class Arena:
     # Data: content tags per row
 
     def _row_check(self, vid: int, entry: int, row: int) -> PhysPage:
-        self._check_ids([vid], "write/read")
+        check_ids([vid], "write/read")
         if vid not in self.v2p:
             raise UnknownPageError(f"virtual page {vid} is not bound; write/read only live pages")
         cls, slot = self.v2p[vid]
         n_entries = entries_per_page(self.classes[cls], self.config.page_size)
         n_rows = len(self.layouts[cls].slots)
-        if not (_is_int(entry) and _is_int(row) and 0 <= entry < n_entries and 0 <= row < n_rows):
+        if not (is_int(entry) and is_int(row) and 0 <= entry < n_entries and 0 <= row < n_rows):
             raise InvalidArgumentError(f"page {vid} ({cls}) got entry {entry}, row {row}; pass an entry in "
                                        f"[0, {n_entries}) and a row in [0, {n_rows})")
         return cls, slot
 
     def write(self, vid: int, entry: int, row: int, tag: int) -> None:
         page = self._row_check(vid, entry, row)
-        if not _is_int(tag):
+        if not is_int(tag):
             raise InvalidArgumentError(f"write: tag must be an int (a content fingerprint), got {tag!r}")
         self.content.setdefault(page, {})[(entry, row)] = tag
 
@@ -735,7 +722,7 @@ class Arena:
         """The idle-time flush under a move budget (SGLang's ``flush_opportunistic``, which its scheduler calls
         between steps, unified_sub_pool.py): the full flush of the end bands, low band first, moving at most
         ``budget_bytes`` of pages in this call.  The admission ladder itself never waits for it."""
-        if not _is_int(budget_bytes) or budget_bytes < 0:
+        if not is_int(budget_bytes) or budget_bytes < 0:
             raise InvalidArgumentError(f"flush_idle: budget_bytes must be an int >= 0 (bytes this call may move), "
                                        f"got {budget_bytes!r}")
         moves: list[Move] = []
@@ -776,7 +763,7 @@ class Arena:
     # Queries
 
     def translate(self, vid: int) -> PhysPage:
-        self._check_ids([vid], "translate")
+        check_ids([vid], "translate")
         if vid not in self.v2p:
             raise UnknownPageError(f"translate: virtual page {vid} is not bound; translate only pages returned "
                                    "by admit/extend and still owned")
@@ -790,7 +777,7 @@ class Arena:
     def page_offset(self, cls: str, slot: int) -> int:
         """Byte offset of a physical page in the arena."""
         band = self.bands[self._cls(cls)]
-        if not _is_int(slot) or not 0 <= slot < band.top:
+        if not is_int(slot) or not 0 <= slot < band.top:
             raise InvalidArgumentError(f"page_offset: slot {slot!r} is off the {cls!r} grid; pass a slot in "
                                        f"[0, {band.top})")
         return slot * band.page_bytes
@@ -798,7 +785,7 @@ class Arena:
     def translate_token(self, cls: str, vtoken: int) -> int:
         """Physical entry index (class-local) of virtual token ``vtoken`` = vpage * page_size + i."""
         n = entries_per_page(self.classes[self._cls(cls)], self.config.page_size)
-        if not _is_int(vtoken) or vtoken < 0:
+        if not is_int(vtoken) or vtoken < 0:
             raise InvalidArgumentError(f"translate_token: virtual token {vtoken!r} must be an int >= 0 "
                                        "(vpage * entries_per_page + i)")
         vid, i = divmod(vtoken, n)
@@ -819,10 +806,10 @@ class Arena:
         lanes ``[len(vtokens), out_width)`` of a fixed-width (CUDA-graph) step. Read-only."""
         pad = self.pad_entry(cls)
         vtokens = list(vtokens)
-        if not all(_is_int(t) for t in vtokens):
+        if not all(is_int(t) for t in vtokens):
             raise InvalidArgumentError(f"translate_tokens: virtual tokens must be ints, got {vtokens!r}")
         width = len(vtokens) if out_width is None else out_width
-        if not _is_int(width) or width < len(vtokens):
+        if not is_int(width) or width < len(vtokens):
             raise InvalidArgumentError(f"translate_tokens: out_width {out_width!r} must be an int >= the "
                                        f"{len(vtokens)} ids")
         n = entries_per_page(self.classes[cls], self.config.page_size)
@@ -865,6 +852,6 @@ class Arena:
     def ceil_pages(self, cls: str, tokens: int) -> int:
         """Pages of class ``cls`` that ``tokens`` tokens fill."""
         n = entries_per_page(self.classes[self._cls(cls)], self.config.page_size)
-        if not _is_int(tokens) or tokens < 0:
+        if not is_int(tokens) or tokens < 0:
             raise InvalidArgumentError(f"ceil_pages: tokens {tokens!r} must be an int >= 0 (a token count)")
         return ceil_div(tokens, n)

@@ -241,55 +241,6 @@ def plan_compaction(band: Band, barrier: int | None, has_readers: Callable[[int]
     return Compaction(pack.pairs[:n], pack.view(n))
 
 
-def least(ok: Callable[[int], bool], pack: EndPack, first: int = 1, cap: int | None = None) -> int | None:
-    """The smallest move count ``k >= first`` of ``pack`` (and ``<= cap``) with ``ok(k)``, or None.  Galloping
-    (1, 2, 4, ...) then bisection: O(k) moves generated, O(log k) probes.  Every count it returns was probed, so
-    it returns a count where ``ok`` holds even if ``ok`` were not monotone; it is the smallest when it is."""
-    if first == 0:
-        if ok(0):
-            return 0
-        first = 1
-    bad, k = first - 1, first
-    while True:
-        if cap is not None:
-            k = min(k, cap)
-        k = min(k, pack.extend(k))
-        if k <= bad:  # the sequence (or the cap) ended below anything untried
-            return None
-        if ok(k):
-            good = k
-            while good - bad > 1:
-                mid = (bad + good) // 2
-                if ok(mid):
-                    good = mid
-                else:
-                    bad = mid
-            return good
-        bad, k = k, 2 * k
-
-
-def size_ends(fit: Callable[[int, int], bool], low: EndPack, high: EndPack) -> tuple[int, int] | None:
-    """Shortfall-sized rung 2: how many moves of each end band's sequence, ``(k_low, k_high)``, make ``fit``
-    true (``fit(0, 0)`` is false: rung 1 failed).  One band alone if it can, the one moving fewer bytes (ties:
-    the low band); else the low band's whole sequence and the fewest high moves, then the fewest low moves
-    that still fit.  None when even both whole sequences do not fit."""
-    p_low, p_high = low.band.page_bytes, high.band.page_bytes
-    k_low = least(lambda k: fit(k, 0), low)
-    cap = None if k_low is None else (k_low * p_low - 1) // p_high  # the high band must move fewer bytes
-    k_high = least(lambda k: fit(0, k), high, cap=cap) if cap is None or cap >= 1 else None
-    if k_high is not None:
-        return 0, k_high
-    if k_low is not None:
-        return k_low, 0
-    n_low = low.extend()
-    k_high = least(lambda k: fit(n_low, k), high)
-    if k_high is None:
-        return None
-    k_low = least(lambda k: fit(k, k_high), low)
-    assert k_low is not None  # fit(n_low, k_high) holds and was probed
-    return k_low, k_high
-
-
 # ---------------------------------------------------------------------------------------------
 # Rung 3: relayout of a float band.
 

@@ -8,7 +8,7 @@ conformance harness can compare rejections by type.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 
 class ArenaError(Exception):
@@ -43,6 +43,23 @@ class InvalidArgumentError(ArenaError):
     """A malformed argument: negative or oversized demand, duplicate ids, bad row index."""
 
     code = "InvalidArgument"
+
+
+def is_int(x: object) -> bool:
+    """An int argument: a bool is an int to Python but never a count, an index or a page id here."""
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def check_ids(vids: Iterable[object], what: str, is_id: Callable[[object], bool] = is_int) -> list:
+    """Virtual ids are ints (spec/arena.md §Errors): a float or a bool hashes like an int and would name a page,
+    so it is refused before any duplicate or bound check. ``is_id``: an implementation's wider notion of an int
+    (gpu/ accepts numpy integers, which engines pass as array elements)."""
+    vids = list(vids)
+    bad = [v for v in vids if not is_id(v)]
+    if bad:
+        raise InvalidArgumentError(f"{what}: virtual page ids must be ints, got {bad[0]!r} "
+                                   f"({type(bad[0]).__name__}); pass the ids admit/extend returned")
+    return vids
 
 
 class UnknownOwnerError(ArenaError):

@@ -12,10 +12,11 @@ import pytest
 from kvarena.reference.arena import Arena
 from kvarena.reference.bands import BandView
 from kvarena.reference.invariants import check_all
-from kvarena.reference.ladder import EndPack, least
+from kvarena.reference.ladder import EndPack
 from kvarena.reference.policy import POLICIES
 from kvarena.spec.errors import AdmissionRejectedError, InvalidArgumentError
 from kvarena.spec.models import ArenaConfig, preset
+from kvarena.spec.sizing import least
 from kvarena.spec.types import Move, Rung, UserKind
 
 

@@ -26,9 +26,9 @@ RECURRENT_MUTANTS: tuple[Mutant, ...] = (
            "        if rows:\n            self.content[self.v2p[vid]] = dict(rows)",
            "        if False:\n            self.content[self.v2p[vid]] = dict(rows)", ("INV-CONTENT-FOLLOWS-VID",),
            "the copy is a fresh (zeroed) page, not the source's state"),
-    Mutant("bool-id-accepted", arena_mod, "        bad = [v for v in vids if not _is_int(v)]",
-           "        bad = [v for v in vids if not isinstance(v, (int, float))]", ("ERROR-CONTRACT",),
-           "True / 1.0 are read as page 1"),
+    Mutant("bool-id-accepted", arena_mod, "        vids = check_ids(vids, what)\n",
+           "        vids = check_ids(vids, what, lambda v: isinstance(v, (int, float)))\n", ("ERROR-CONTRACT",),
+           "True / 1.0 are read as page 1 (share, admit(shared=), acquire: every bound-id check)"),
     Mutant("acquire-of-nothing-accepted", arena_mod, "        if not vids:\n            raise InvalidArgumentError("
            "f\"acquire({user!r}): no pages;", "        if False:\n            raise InvalidArgumentError("
            "f\"acquire({user!r}): no pages;", ("ERROR-CONTRACT",), "a ledger user that holds nothing"),
