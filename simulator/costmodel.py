@@ -1,9 +1,9 @@
-"""A roofline cost model of one forward pass on one H200: *modeled*, not measured.
+"""The cost model of one forward pass on one H200: *modeled*, not measured.
 
 One scheduler step is one forward pass over a mixed batch (every decoding request's next token plus
 the prefill chunks of the step). Its time is the larger of the memory time and the compute time:
 
-    step_s = max(bytes / HBM_BYTES_PER_S, flops / COMPUTE_FLOPS_PER_S)
+    step_s = max(bytes / (HBM_PEAK_BYTES_PER_S x HBM_EFFICIENCY), flops / COMPUTE_FLOPS_PER_S)
 
     bytes  = weights                                (every step reads all of them, experts included)
            + full-attention KV each decode token reads  (context tokens x full entry bytes)
@@ -15,10 +15,15 @@ the prefill chunks of the step). Its time is the larger of the memory time and t
            + 4 x query heads x head_dim per (query token, context token) pair per attention layer
            + 4 flops per recurrent-state element per token (decay, rank-1 update, read-out)
 
-It leaves out on purpose: kernel launch and scheduler overhead, sampling, communication, imperfect
-overlap of memory and compute, and attention kernels' own inefficiency. So it is an upper bound on
-throughput and a lower bound on latency; use it to compare configurations with each other, not with
-measured numbers.
+One constant is FITTED, not taken from a datasheet: ``HBM_EFFICIENCY``, the share of the HBM bandwidth
+the memory-bound steps (decode) achieve (memory-bandwidth utilization, MBU). It stands for everything
+the byte count leaves out of a decode step: MoE and attention kernels below the roofline, kernel launch,
+sampling, the scheduler's per-request work. It was fitted once, by ``python -m kvarena.simulator.calibrate
+hbm-efficiency`` (bisection), so that the split pools reproduce the published split TTFT p50 of
+``gpt-oss-20b-c1000`` (43 s), and is applied to every preset and configuration. Compute-bound steps
+(prefill chunks) stay at ``COMPUTE_EFFICIENCY`` of the dense peak (an assumption, not fitted), so the
+unified TTFT of that preset, which is prefill-bound, is a prediction. Use the model to compare
+configurations with each other; its absolute seconds rest on that one fit.
 """
 
 from __future__ import annotations
@@ -44,7 +49,10 @@ class StepWork:
 
 
 # ---- the machine (NVIDIA H200 SXM datasheet) ------------------------------------------------------
-HBM_BYTES_PER_S = 4.8e12  # 4.8 TB/s HBM3e (datasheet); the roofline assumes all of it
+HBM_PEAK_BYTES_PER_S = 4.8e12  # 4.8 TB/s HBM3e (datasheet)
+# FITTED (module docstring): split TTFT p50 of gpt-oss-20b-c1000 = 42.96 s at 0.2235 (published 43 s)
+HBM_EFFICIENCY = 0.2235
+HBM_BYTES_PER_S = HBM_PEAK_BYTES_PER_S * HBM_EFFICIENCY  # achieved bandwidth of memory-bound steps
 BF16_DENSE_PEAK_FLOPS = 989e12  # 1,979 TFLOP/s bf16 "with sparsity" in the datasheet = 989 dense
 COMPUTE_EFFICIENCY = 0.8  # assumption: large GEMMs reach ~80% of dense peak
 COMPUTE_FLOPS_PER_S = BF16_DENSE_PEAK_FLOPS * COMPUTE_EFFICIENCY  # ~791 TFLOP/s
@@ -81,7 +89,12 @@ MODEL_COSTS: dict[str, ModelCost] = {
 class CostModel:
     """Step time of one forward pass for one model preset (callable on a StepWork)."""
 
-    def __init__(self, model: ModelSpec) -> None:
+    def __init__(self, model: ModelSpec, hbm_efficiency: float = HBM_EFFICIENCY) -> None:
+        if not 0 < hbm_efficiency <= 1:
+            raise ConfigError(f"hbm_efficiency {hbm_efficiency:g} must be in (0, 1]: the share of the "
+                              f"{HBM_PEAK_BYTES_PER_S / 1e12:g} TB/s HBM bandwidth a memory-bound step achieves")
+        self.hbm_efficiency = hbm_efficiency
+        self.hbm_bytes_per_s = HBM_PEAK_BYTES_PER_S * hbm_efficiency
         try:
             self.cost = cost = MODEL_COSTS[model.name]
         except KeyError:
@@ -127,13 +140,14 @@ class CostModel:
 
     def __call__(self, w: StepWork) -> float:
         nbytes, flops = self.bytes_and_flops(w)
-        return max(nbytes / HBM_BYTES_PER_S, flops / COMPUTE_FLOPS_PER_S)
+        return max(nbytes / self.hbm_bytes_per_s, flops / COMPUTE_FLOPS_PER_S)
 
     def describe(self) -> list[str]:
         c = self.cost
-        return [f"roofline: step = max(bytes / {HBM_BYTES_PER_S / 1e12:g} TB/s, flops / "
+        return [f"roofline: step = max(bytes / {self.hbm_bytes_per_s / 1e12:.2f} TB/s = {self.hbm_efficiency:.0%} "
+                f"of {HBM_PEAK_BYTES_PER_S / 1e12:g} (fitted on gpt-oss-20b-c1000's split TTFT), flops / "
                 f"{COMPUTE_FLOPS_PER_S / 1e12:.0f} TFLOP/s = {COMPUTE_EFFICIENCY:.0%} of "
                 f"{BF16_DENSE_PEAK_FLOPS / 1e12:g} bf16 dense)",
                 f"model: {c.weight_bytes / 1e9:g} GB weights read per step, {c.active_params / 1e9:g}B active "
                 f"params, {c.q_heads} query heads x {c.head_dim} ({c.source})",
-                "no launch / scheduler / sampling overhead, perfect overlap: an upper bound on throughput"]
+                "overheads only through the fitted bandwidth share; perfect overlap of memory and compute"]
