@@ -351,6 +351,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reps", type=int, default=30)
     p.add_argument("--admission-only", action="store_true", help="only the H200-size admission rows; no file")
     p.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
+    p.add_argument("--name", help="file name under --out (default ops_vs_sglang-<date>.md; e.g. a second run that day: "
+                                  "ops_vs_sglang-<date>-2.md)")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads for gpu/ and SGLang (default 1: on a "
                                                            "shared 2-core machine two threads wait on each other)")
     args = p.parse_args(argv)
@@ -369,7 +371,8 @@ def main(argv: list[str] | None = None) -> int:
     r3 = [v for k, v in summary.items() if isinstance(k, tuple)]
     lines = [
         f"# Reference vs gpu/ vs SGLang 0.5.23: host cost per operation, {date}", "",
-        f"- command: `python bench/ops_vs_sglang.py{' --smoke' if args.smoke else ''}` (wall {time.time() - t0:.0f} s)",
+        f"- command: `python bench/ops_vs_sglang.py{' --smoke' if args.smoke else ''}"
+        f"{f' --name {args.name}' if args.name else ''}` (wall {time.time() - t0:.0f} s)",
         machine_line(load), f"- cpu: {cpu}",
         python_line(),
         f"- {reps} interleaved repetitions per row; median ± interquartile range, µs; gc off inside each timed call; "
@@ -391,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.smoke or args.admission_only:
         print(text)
         return 0
-    write(Path(args.out), f"ops_vs_sglang-{date}.md", text)
+    write(Path(args.out), args.name or f"ops_vs_sglang-{date}.md", text)
     return 0
 
 

@@ -9,7 +9,7 @@ O(arena)) and raises ``PlanError`` naming the rule and the invariant it protects
 from __future__ import annotations
 
 import bisect
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from kvarena.reference.bands import Band, Role
@@ -118,13 +118,41 @@ def validate_plan(a: Arena, plan: Plan, demand: Mapping[str, int]) -> None:
     for cls, slots in plan.placements.items():
         if len(set(slots)) != len(slots):
             _fail("PLAN-PLACE-FREE", f"places {cls!r} twice on one slot")
-        for s in slots:  # (distinct slots: a placed slot is not read again)
-            state = ov.get(cls, s)
-            if state == "gap":
-                _extend(ov, a.bands[cls], s)
-            elif state != "hole" or ov.used(cls, s):
-                _fail("PLAN-PLACE-FREE", f"places a new {cls!r} page on slot {s}, which is {state}")
+        _check_placements(a, ov, a.bands[cls], slots)
     _check_extents(a, ov)
+
+
+def _check_placements(a: Arena, ov: _Overlay, band: Band, slots: Sequence[int]) -> None:
+    """Each placed slot (distinct, so none is read again) is a hole without a ledger user, or extends the band's
+    frontier by one.  The common case is inlined (``_Overlay.get`` and ``_extend`` once per slot cost more than
+    the placement itself): an untouched slot inside the original span is a hole iff it is neither live nor withheld;
+    a slot just past the overlay's frontier, outside the original span, extends it.  Everything else takes the
+    general path, so the verdicts and messages are those of ``_Overlay.get`` / ``_extend``."""
+    cls, state, live, withheld = band.name, ov.state, band.live, band.withheld
+    readers, writers = a.readers, a.writers
+    b_lo, b_hi = band.lo, band.hi
+    lo, hi = ov.spans[cls]
+    up, down = band.role is not Role.HIGH, band.role is not Role.LOW
+    for s in slots:
+        if (cls, s) not in state:
+            if b_lo <= s < b_hi and lo <= s < hi:  # untouched and in the span: a hole, or used
+                if s not in live and s not in withheld and not readers[(cls, s)] and not writers[(cls, s)]:
+                    continue
+            elif not b_lo <= s < b_hi and lo < hi:  # outside both spans: the gap
+                if up and s == hi:
+                    hi += 1
+                    continue
+                if down and s == lo - 1:
+                    lo -= 1
+                    continue
+        ov.spans[cls] = (lo, hi)
+        got = ov.get(cls, s)
+        if got == "gap":
+            _extend(ov, band, s)
+        elif got != "hole" or ov.used(cls, s):
+            _fail("PLAN-PLACE-FREE", f"places a new {cls!r} page on slot {s}, which is {got}")
+        lo, hi = ov.spans[cls]
+    ov.spans[cls] = (lo, hi)
 
 
 def _outside(band: Band, t: int, t_end: int) -> tuple[tuple[int, int], ...]:
