@@ -191,7 +191,10 @@ def _fixed(i: int, o: int) -> Lengths:
 
 
 _GPT_OSS_MAX = dict(model="gpt-oss-20b", lengths=_fixed(1024, 1024), clients=None, requests=6000)
-# Fitted by simulator/calibrate.py (the command in its docstring); see README "Capacity simulator".
+# Fitted by simulator/calibrate.py (the command in its docstring); see README "Capacity simulator". The
+# c1000 preset's published split TTFT (43 s) is where the cost model's one constant, costmodel.HBM_EFFICIENCY,
+# was fitted (at this budget); its unified TTFT (6 s) is then predicted. Max active at t = 0 does not depend
+# on the clock, so this budget and that constant do not interact.
 _GPT_OSS_CAL = Calibration(52.16, "split pools' max active requests = 618")
 
 PRESET_WORKLOADS: dict[str, Workload] = {w.name: w for w in (
