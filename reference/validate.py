@@ -125,26 +125,23 @@ def validate_plan(a: Arena, plan: Plan, demand: Mapping[str, int]) -> None:
 def _check_placements(a: Arena, ov: _Overlay, band: Band, slots: Sequence[int]) -> None:
     """Each placed slot (distinct, so none is read again) is a hole without a ledger user, or extends the band's
     frontier by one.  The common case is inlined (``_Overlay.get`` and ``_extend`` once per slot cost more than
-    the placement itself): an untouched slot inside the original span is a hole iff it is neither live nor withheld;
-    a slot just past the overlay's frontier, outside the original span, extends it.  Everything else takes the
-    general path, so the verdicts and messages are those of ``_Overlay.get`` / ``_extend``."""
-    cls, state, live, withheld = band.name, ov.state, band.live, band.withheld
-    readers, writers = a.readers, a.writers
-    b_lo, b_hi = band.lo, band.hi
+    the placement itself): an untouched slot inside the span is free iff it is not live and has no user (a
+    withheld slot always has one); an untouched slot just past the frontier extends the span (``_extend``'s rule,
+    an empty float's included).  Everything else takes the general path, with its verdicts and messages."""
+    cls, state, live, readers, writers = band.name, ov.state, band.live, a.readers, a.writers
     lo, hi = ov.spans[cls]
     up, down = band.role is not Role.HIGH, band.role is not Role.LOW
     for s in slots:
         if (cls, s) not in state:
-            if b_lo <= s < b_hi and lo <= s < hi:  # untouched and in the span: a hole, or used
-                if s not in live and s not in withheld and not readers[(cls, s)] and not writers[(cls, s)]:
+            if lo <= s < hi:
+                if s not in live and not readers[(cls, s)] and not writers[(cls, s)]:
                     continue
-            elif not b_lo <= s < b_hi and lo < hi:  # outside both spans: the gap
-                if up and s == hi:
-                    hi += 1
-                    continue
-                if down and s == lo - 1:
-                    lo -= 1
-                    continue
+            elif up and s == hi:
+                hi += 1
+                continue
+            elif down and s == lo - 1:
+                lo -= 1
+                continue
         ov.spans[cls] = (lo, hi)
         got = ov.get(cls, s)
         if got == "gap":

@@ -241,6 +241,16 @@ def test_place_free(a: Arena) -> None:
             "which is withheld")  # the slot a reader's page left
 
 
+def test_place_free_slot_a_writer_alone_holds(a: Arena) -> None:
+    """A page freed while a writer holds it leaves a withheld slot with a writer and no reader: the writer's
+    count alone refuses a placement there (the fast path of the placement check tests readers and writers)."""
+    (v,) = [v for v, page in a.v2p.items() if page == ("full", 12)]
+    a.drop("r", [v])
+    assert 12 in a.bands["full"].withheld and not a.readers[("full", 12)] and a.writers[("full", 12)]
+    refused(a, Plan(R, placements={"full": (12,)}), {"full": 1}, "PLAN-PLACE-FREE", "which is withheld")
+    refused(a, Plan(R, placements={"full": (14, 12)}), {"full": 2}, "PLAN-PLACE-FREE", "which is withheld")
+
+
 def test_place_only_next_to_a_frontier(a: Arena) -> None:
     """Gap slots are taken one after another from a growing edge; one slot off is refused."""
     refused(a, Plan(R, placements={"full": (9,)}), {"full": 1}, "PLAN-PLACE-FREE", "not next to")  # lo - 2
