@@ -13,7 +13,14 @@ How vLLM v1 lays out a hybrid model (peers-and-models.md §2.1), as modeled here
 - A request holds ``ceil(tokens / block)`` pages per full-attention group, the pages of its window
   per window group (pages wholly outside the window return to the pool), and one page per state group.
 - Pages never move: nothing to compact, no virtual ids; the waste is padding (state padded to a page,
-  layer padding of the last group, whole 528-token blocks).
+  layer padding of the last group, whole 528-token blocks). Block 0 is vLLM's null block
+  (``BlockPool.__init__``), never handed out.
+- Prefix caching on (vLLM's default) puts the recurrent state in mamba cache mode "align"
+  (``MambaModelConfig.verify_and_update_config``): each allocation that adds attention blocks also writes
+  the state into a fresh block per state group (``MambaManager.allocate_new_blocks``); the superseded one is
+  freed by the next step's ``remove_skipped_blocks``, i.e. once the forward after the allocation has run.
+  A logical state page keeps its id; its physical pages change. ``prefix_caching=False`` is mode "none"
+  (one state block per group for the request's life).
 
 The class offers the page API subset the scheduler model uses (``admit / extend / slide / free /
 acquire / release``), in units of *logical* pages per state class: a logical page of a class is one
@@ -85,7 +92,7 @@ class VllmPool:
 
     ANCHORED_ENDS = False
 
-    def __init__(self, config: ArenaConfig) -> None:
+    def __init__(self, config: ArenaConfig, prefix_caching: bool = True) -> None:
         config.validate()
         self.config = config
         self.capacity = config.capacity
@@ -94,8 +101,14 @@ class VllmPool:
         self.page_bytes = geo.page_bytes
         self.order = [c.name for c in chain(config.model)]
         self.kinds = {c.name: c.kind for c in config.model.classes}
-        self.total_pages = config.capacity // geo.page_bytes
+        self.total_pages = config.capacity // geo.page_bytes - 1  # less vLLM's null block
         self._free: list[int] = list(range(self.total_pages - 1, -1, -1))  # a stack: lowest id on top
+        self.state = [c.name for c in config.model.classes if c.kind is Kind.RECURRENT]
+        self.align = prefix_caching and bool(self.state)
+        self.state_groups = sum(geo.groups[c] for c in self.state)
+        self._superseded: dict[str, list[int]] = {}  # owner -> align mode's old state pages, freed after a forward
+        self._since_forward: set[str] = set()  # owners that superseded state since the last forward began
+        self._after_forward: dict[str, set[str]] = {}  # ledger user -> owners whose old state its end frees
         self._live: dict[int, str] = {}  # physical page -> class
         self._withheld: set[int] = set()
         self._holds: Counter[int] = Counter()
@@ -141,8 +154,13 @@ class VllmPool:
         return self.page_bytes_of(cls) - per * entry_layout(c).entry_bytes
 
     def fits(self, demand: Mapping[str, int], reserve_full_pages: int) -> bool:
+        """A demand without state pages is a decode step's block crossings: in align mode each also takes a
+        fresh state block per state group."""
         full = next(c for c, k in self.kinds.items() if k is Kind.FULL)
-        return self.physical(demand) + reserve_full_pages * self.geometry.groups[full] <= len(self._free)
+        need = self.physical(demand) + reserve_full_pages * self.geometry.groups[full]
+        if self.align and not any(c in self.state for c in demand):
+            need += demand.get(full, 0) * self.state_groups
+        return need <= len(self._free)
 
     def used_bytes(self) -> int:
         return (self.total_pages - len(self._free)) * self.page_bytes
@@ -155,7 +173,7 @@ class VllmPool:
 
     # ---- allocation ----------------------------------------------------------------------------
 
-    def _check_demand(self, demand: Mapping[str, int]) -> dict[str, int]:
+    def _check_demand(self, demand: Mapping[str, int], extra: int = 0) -> dict[str, int]:
         out = {}
         for c, n in demand.items():
             if c not in self.kinds:
@@ -164,7 +182,7 @@ class VllmPool:
                 raise InvalidArgumentError(f"demand for {c!r} must be an int >= 0 pages, got {n!r}")
             if n:
                 out[c] = n
-        need = self.physical(out)
+        need = self.physical(out) + extra
         if need > len(self._free):
             short = need - len(self._free)
             raise AdmissionRejectedError(
@@ -208,10 +226,33 @@ class VllmPool:
 
     def extend(self, owner: str, demand: Mapping[str, int]) -> _Admission:
         held = self._owner(owner)
-        got = self._take(self._check_demand(demand))
+        full = next(c for c, k in self.kinds.items() if k is Kind.FULL)
+        moves = self.align and demand.get(full, 0) > 0 and not any(demand.get(c, 0) for c in self.state)
+        states = [v for c in self.state for v in held[c]] if moves else []
+        # allocate_slots first frees the state an earlier allocation superseded (remove_skipped_blocks)
+        stale = [p for p in self._superseded.get(owner, ()) if not self._holds[p]] if moves else []
+        got = self._take(self._check_demand(demand, sum(len(self.v2p[v]) for v in states) - len(stale)))
+        if stale:
+            self._drop_superseded(owner)
         for c, vs in got.items():
             held[c].extend(vs)
+        for v in states:  # align mode: the state is written into fresh blocks; the old ones go after a forward
+            old, cls = self.v2p[v], self._live[self.v2p[v][0]]
+            new = tuple(self._free.pop() for _ in old)
+            for p in new:
+                self._live[p] = cls
+            self.v2p[v] = new
+            self._superseded.setdefault(owner, []).extend(old)
+            self._since_forward.add(owner)
         return _Admission(got)
+
+    def _drop_superseded(self, owner: str) -> None:
+        for p in self._superseded.pop(owner, ()):
+            del self._live[p]
+            if self._holds[p]:
+                self._withheld.add(p)
+            else:
+                self._free.append(p)
 
     def _release_logical(self, vids: Sequence[int]) -> None:
         for v in vids:
@@ -238,7 +279,19 @@ class VllmPool:
         held = self._owner(owner)
         del self.owners[owner]
         vids = [v for c in self.order for v in held[c]]
+        # _free_request_blocks with defer_block_free: a request an in-flight forward reads is popped whole
+        # (pop_blocks_for_free) and its blocks freed when that forward ends, not only the pages it reads
+        mine = [p for v in vids for p in self.v2p[v]] + self._superseded.get(owner, [])
+        ours = set(mine)
+        for u, ps in self.users.items():
+            if ours.intersection(ps):
+                extra = [p for p in mine if p not in set(ps)]
+                self.users[u] = (*ps, *extra)
+                for p in extra:
+                    self._holds[p] += 1
         self._release_logical(vids)
+        self._drop_superseded(owner)
+        self._since_forward.discard(owner)
         return vids
 
     # ---- ledger --------------------------------------------------------------------------------
@@ -253,6 +306,8 @@ class VllmPool:
         self.users[user] = phys
         for p in phys:
             self._holds[p] += 1
+        if self._since_forward:
+            self._after_forward[user], self._since_forward = self._since_forward, set()
 
     def release(self, user: str) -> None:
         phys = self.users.pop(user, None)
@@ -265,6 +320,9 @@ class VllmPool:
                 if p in self._withheld:
                     self._withheld.discard(p)
                     self._free.append(p)
+        for o in self._after_forward.pop(user, ()):
+            if o not in self._since_forward:  # superseded again since: its newer old pages wait for a later forward
+                self._drop_superseded(o)
 
     # ---- invariants ----------------------------------------------------------------------------
 
@@ -282,7 +340,7 @@ class VllmPool:
             raise InvariantViolation("INV-BYTE-CONSERVATION",
                                      f"{len(free)} free + {len(live)} live + {len(self._withheld)} withheld "
                                      f"!= {self.total_pages} pages")
-        mapped = [p for phys in self.v2p.values() for p in phys]
+        mapped = [p for phys in self.v2p.values() for p in phys] + [p for ps in self._superseded.values() for p in ps]
         if sorted(mapped) != sorted(live):
             raise InvariantViolation("INV-VMAP-BIJECTIVE", "live pages and the logical map disagree")
         owned = sorted(v for h in self.owners.values() for vs in h.values() for v in vs)

@@ -64,17 +64,18 @@ def missing() -> str | None:
     return None
 
 
-def plan(config: ArenaConfig) -> Any:
+def plan(config: ArenaConfig, prefix_caching: bool = True) -> Any:
     """vLLM's planning for ``config``'s model and budget: (kv cache config, scheduler block, hash block, groups
-    per class, bytes per block)."""
+    per class, bytes per block). ``prefix_caching`` (vLLM's default on) decides the mamba cache mode."""
     from kvarena.conformance.adapters.vllm import LAYOUT, hybrid_block_size, kv_cache_specs, load_vllm, vllm_config
 
     V = load_vllm()
     spec = config.model
     has_state = any(c.kind is Kind.RECURRENT for c in spec.classes)
     block = hybrid_block_size(spec, KERNEL_BLOCK) if has_state else config.page_size
-    mode = "align" if has_state else "none"  # MambaModelConfig.verify_and_update_config with prefix caching on
-    cfg = vllm_config(block, mamba_cache_mode=mode, enable_prefix_caching=True, num_blocks=None)
+    # MambaModelConfig.verify_and_update_config (model_executor/models/config.py): "align" with prefix caching
+    mode = "align" if has_state and prefix_caching else "none"
+    cfg = vllm_config(block, mamba_cache_mode=mode, enable_prefix_caching=prefix_caching, num_blocks=None)
     layer_specs = kv_cache_specs(spec, block, config.context_len, mode)
     groups = V.planning.get_kv_cache_groups(cfg, layer_specs)
     V.planning._check_exact_partition(groups, layer_specs)
@@ -97,7 +98,7 @@ class VllmReal:
 
     ANCHORED_ENDS = False
 
-    def __init__(self, config: ArenaConfig) -> None:
+    def __init__(self, config: ArenaConfig, prefix_caching: bool = True) -> None:
         from kvarena.conformance.adapters.vllm import HASH_ALGO, Sampling, load_vllm
 
         config.validate()
@@ -108,7 +109,7 @@ class VllmReal:
         self.order = [c.name for c in chain(config.model)]
         self.kind = {c.name: c.kind for c in config.model.classes}
         self.full = next(c for c, k in self.kind.items() if k is Kind.FULL)
-        self.plan = p = plan(config)
+        self.plan = p = plan(config, prefix_caching)
         # tokens per block of the attention groups (resolve_kv_cache_block_sizes' scheduler block is the lcm with
         # the state groups' max_model_len-token blocks: a prefix-cache granule, not an allocation unit)
         self.page_tokens = p.block
@@ -121,7 +122,7 @@ class VllmReal:
                                         f"one request of {config.context_len} tokens ({worst} blocks)")
         self.manager = V.manager.KVCacheManager(p.config, max_model_len=config.context_len,
                                                 scheduler_block_size=p.scheduler_block, hash_block_size=p.hash_block,
-                                                enable_caching=True)
+                                                enable_caching=prefix_caching)
         hash_fn = V.hashing.get_hash_fn_by_name(HASH_ALGO)
         V.utils.init_none_hash(hash_fn)
         self._hasher = V.utils.get_request_block_hasher(p.hash_block, hash_fn)
@@ -129,11 +130,21 @@ class VllmReal:
         self._status = V.request.RequestStatus
         self.requests: dict[str, Any] = {}
         self.pending: dict[str, tuple[int, int]] = {}  # owner -> (prompt, max tokens), before its admit
-        self.owners: dict[str, list[int]] = {}  # owner -> its full-attention logical pages
+        self.owners: dict[str, dict[str, list[int]]] = {}  # owner -> class -> its logical pages
         self.owner_of: dict[int, str] = {}
         self.users: dict[str, set[str]] = {}  # ledger user -> owners whose pages it holds
         self.held: Counter[str] = Counter()  # owner -> live users holding it
         self.deferred: dict[str, list[Any]] = {}  # freed owner -> blocks popped, freed when no user holds it
+        # owners whose out-of-window / superseded state blocks vLLM's next allocate_slots would free: after the
+        # forward that follows their allocation (``_after_forward``), or once no in-flight forward holds them
+        # (each with the processed-token count it had then: the free must not reach tokens allocated since)
+        self._allocated: dict[str, int] = {}
+        self._after_forward: dict[str, dict[str, int]] = {}
+        self._skip_when_unheld: dict[str, int] = {}
+        self.first_group = {c: next(i for i, g in enumerate(p.config.kv_cache_groups)
+                                    if g.layer_names[0].rsplit(".", 1)[1] == c) for c in self.order if self.groups[c]}
+        self.align = prefix_caching and any(k is Kind.RECURRENT for k in self.kind.values())
+        self.state_groups = sum(self.groups[c] for c, k in self.kind.items() if k is Kind.RECURRENT)
         self._ids = itertools.count()
         self._tokens = itertools.count(1)
         self.stats = Stats()
@@ -159,11 +170,20 @@ class VllmReal:
         return self.manager.block_pool.get_num_free_blocks()
 
     def fits(self, demand: Mapping[str, int], reserve_full_pages: int) -> bool:
+        """Blocks as vLLM counts them. A demand without state pages is a decode step's block crossings: in mamba
+        "align" mode each crossing also takes a new state block per mamba group (``MambaManager
+        .allocate_new_blocks``; the previous one is freed by the next step's ``remove_skipped_blocks``)."""
         need = sum(n * self.groups[c] for c, n in demand.items()) + reserve_full_pages * self.groups[self.full]
+        if self.align and not any(self.kind[c] is Kind.RECURRENT for c in demand):
+            need += demand.get(self.full, 0) * self.state_groups
         return need <= self.free_blocks()
 
     def used_bytes(self) -> int:
         return (self.num_blocks - 1 - self.free_blocks()) * self.page_bytes  # block 0 is vLLM's null block
+
+    def _live(self, gid: int, owner: str) -> int:
+        mgr = self.manager.coordinator.single_type_managers[gid]
+        return sum(1 for b in mgr.req_to_blocks.get(owner, ()) if not b.is_null)
 
     def occupancy(self) -> dict[str, int]:
         out = Counter()
@@ -184,34 +204,59 @@ class VllmReal:
         tok = next(self._tokens)
         req = self.V.request.Request(owner, [tok] * max(1, prompt), self._sampling(max(1, max_tokens)), None,
                                      block_hasher=self._hasher)
-        got = self._allocate(req, demand.get(self.full, 0), waiting=True)
+        got = self._allocate(req, demand.get(self.full, 0), waiting=True, first=True)
         self.pending.pop(owner, None)
         req.status = self._status.RUNNING
         self.requests[owner] = req
-        self.owners[owner] = []
+        self.owners[owner] = {c: [] for c in self.order}
         self._bind(owner, got)
         self.stats.admitted += 1
-        return SimpleNamespace(pages={self.full: tuple(got)} if got else {})
+        return SimpleNamespace(pages={c: tuple(v) for c, v in got.items() if v})
 
-    def _allocate(self, req: Any, pages: int, waiting: bool) -> list[int]:
+    def _allocate(self, req: Any, pages: int, waiting: bool, first: bool = False) -> dict[str, list[int]]:
+        """``allocate_slots`` for ``pages`` more attention blocks. Returns the new logical pages per class: one
+        per new block of the class's first group (window blocks; state blocks on admission only: align mode's
+        per-crossing state blocks replace the previous one and stay vLLM's own)."""
         n = pages * self.page_tokens
         if n == 0:
-            return []
+            return {}
         if req.num_computed_tokens + n > req.num_tokens:  # decode: the tokens it will write are its output
             req.append_output_token_ids([req.prompt_token_ids[0]] * (req.num_computed_tokens + n - req.num_tokens))
+        owner = req.request_id
         blocks = self.manager.allocate_slots(req, n, has_scheduled_reqs=bool(self.requests) and waiting)
         if blocks is None:
             raise AdmissionRejectedError(f"vLLM's allocate_slots refused {n} tokens ({self.free_blocks()} free "
                                          "blocks)", {self.full: pages}, pages * self.page_bytes_of(self.full))
         req.num_computed_tokens += n
+        self._allocated[req.request_id] = self._processed(req)
         self.stats.rung_used[1] += 1
         self.stats.pages_placed += sum(len(g) for g in blocks.blocks)
-        return [next(self._ids) for _ in range(pages)]
+        got = {self.full: pages}
+        for c, gid in self.first_group.items():
+            if self.kind[c] is Kind.WINDOW:  # the scheduler's count follows vLLM's (allocate_slots frees first)
+                seen = len(self.owners[owner][c]) if owner in self.owners else 0
+                got[c] = max(0, self._live(gid, owner) - seen)
+            elif self.kind[c] is Kind.RECURRENT and first:
+                got[c] = sum(1 for b in blocks.blocks[gid] if not b.is_null)  # align mode pads with null blocks
+        return {c: [next(self._ids) for _ in range(k)] for c, k in got.items()}
 
-    def _bind(self, owner: str, vids: list[int]) -> None:
-        self.owners[owner] += vids
-        for v in vids:
-            self.owner_of[v] = owner
+
+    def _processed(self, req: Any) -> int:
+        """The tokens ``remove_skipped_blocks`` counts as processed: every allocated block but the newest is full,
+        plus one token in the newest (never more than the request computed, so no block vLLM keeps is freed)."""
+        return max(0, req.num_computed_tokens - self.page_tokens + 1)
+
+    def _remove_skipped(self, owner: str, processed: int) -> None:
+        req = self.requests.get(owner)
+        if req is not None:
+            self.manager.remove_skipped_blocks(owner, processed, num_prompt_tokens=req.num_prompt_tokens)
+
+    def _bind(self, owner: str, got: Mapping[str, list[int]]) -> None:
+        held = self.owners[owner]
+        for c, vids in got.items():
+            held[c] += vids
+            for v in vids:
+                self.owner_of[v] = owner
 
     def _owner(self, owner: str) -> Any:
         try:
@@ -223,18 +268,30 @@ class VllmReal:
         req = self._owner(owner)
         got = self._allocate(req, demand.get(self.full, 0), waiting=False)
         self._bind(owner, got)
-        return SimpleNamespace(pages={self.full: tuple(got)} if got else {})
+        return SimpleNamespace(pages={c: tuple(v) for c, v in got.items() if v})
 
     def slide(self, owner: str, cls: str, n: int) -> list[int]:
-        self._owner(owner)
-        return []  # vLLM frees out-of-window blocks itself (remove_skipped_blocks in allocate_slots)
+        """The pager's window trim is the moment vLLM's next ``allocate_slots`` frees out-of-window blocks
+        (``remove_skipped_blocks``): run it now, or after the in-flight forward that holds the request."""
+        req = self._owner(owner)
+        held = self.owners[owner][cls]
+        out, held[:n] = held[:n], []
+        for v in out:
+            del self.owner_of[v]
+        if self.held[owner]:
+            self._skip_when_unheld[owner] = self._processed(req)
+        else:
+            self._remove_skipped(owner, self._processed(req))
+        return out
 
     def free(self, owner: str) -> list[int]:
         req = self._owner(owner)
         del self.requests[owner]
-        vids = self.owners.pop(owner)
+        vids = [v for vs in self.owners.pop(owner).values() for v in vs]
         for v in vids:
             del self.owner_of[v]
+        self._allocated.pop(owner, None)
+        self._skip_when_unheld.pop(owner, None)
         if self.held[owner]:  # _free_request_blocks with defer_block_free: the in-flight step still reads them
             self.deferred[owner] = list(self.manager.pop_blocks_for_free(req))
         else:
@@ -243,10 +300,13 @@ class VllmReal:
 
     # -- ledger ---------------------------------------------------------------------------------
     def acquire(self, user: str, kind: Any, vids: Sequence[int]) -> None:
+        """A forward pass starts: it follows every allocation since the last one (``_after_forward``)."""
         owners = {self.owner_of[v] for v in vids if v in self.owner_of}
         self.users[user] = owners
         for o in owners:
             self.held[o] += 1
+        if self._allocated:
+            self._after_forward[user], self._allocated = self._allocated, {}
 
     def release(self, user: str) -> None:
         owners = self.users.pop(user, None)
@@ -259,10 +319,17 @@ class VllmReal:
                 blocks = self.deferred.pop(o, None)
                 if blocks:
                     self.manager.block_pool.free_blocks(reversed(blocks))
+                if o in self._skip_when_unheld:
+                    self._remove_skipped(o, self._skip_when_unheld.pop(o))
+        # the step after an allocation: vLLM's allocate_slots for it starts with remove_skipped_blocks, which in
+        # align mode frees the state block the previous crossing superseded (MambaManager.remove_skipped_blocks)
+        for o, processed in self._after_forward.pop(user, {}).items():
+            self._remove_skipped(o, processed)
 
     def check_invariants(self) -> None:
         """Block conservation: free + in block tables + popped for a deferred free = every block but the null one;
-        no block in two tables."""
+        no block in two tables; the window pages the scheduler sees are the window blocks vLLM holds (more only
+        while a trim waits for an in-flight forward)."""
         seen: list[int] = []
         for mgr in self.manager.coordinator.single_type_managers:
             seen += [b.block_id for bs in mgr.req_to_blocks.values() for b in bs if not b.is_null]
@@ -272,3 +339,11 @@ class VllmReal:
         if len(seen) + self.free_blocks() != self.num_blocks - 1:
             raise InvariantViolation("INV-BYTE-CONSERVATION", f"{len(seen)} used + {self.free_blocks()} free blocks "
                                      f"!= {self.num_blocks - 1}")
+        for owner, held in self.owners.items():
+            for c, gid in self.first_group.items():
+                if self.kind[c] is not Kind.WINDOW:
+                    continue
+                live, mine = self._live(gid, owner), len(held[c])
+                if live < mine or (live > mine and owner not in self._skip_when_unheld):
+                    raise InvariantViolation("INV-VMAP-BIJECTIVE", f"{owner} holds {live} vLLM blocks of window "
+                                             f"class {c!r}, the scheduler counts {mine}")
