@@ -30,17 +30,17 @@ def clamp(value: int, lo: int, hi: int) -> int:
     return max(lo, min(value, hi))
 
 
-@dataclass
 class _Gap:
-    lo: int  # byte where the band below ends
-    hi: int  # byte where the band above starts
-    bot: int = 0  # cursor: bytes claimed from the bottom end upward
-    top: int = 0  # cursor: bytes claimed from the top end downward
-    mid: int = 0  # cursor for empty floats placed inside
+    """One gap between present bands and its claim cursors (a slotted class: ``place`` makes one per gap on every
+    admission, and a dataclass with ``__post_init__`` cost more than the claims)."""
 
-    def __post_init__(self) -> None:
-        self.bot = self.mid = self.lo
-        self.top = self.hi
+    __slots__ = ("bot", "hi", "lo", "mid", "top")
+
+    def __init__(self, lo: int, hi: int) -> None:
+        self.lo = lo  # byte where the band below ends
+        self.hi = hi  # byte where the band above starts
+        self.bot = self.mid = lo  # cursors: bytes claimed from the bottom end upward; empty floats placed inside
+        self.top = hi  # cursor: bytes claimed from the top end downward
 
 
 @dataclass

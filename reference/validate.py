@@ -132,9 +132,10 @@ def _check_placements(a: Arena, ov: _Overlay, band: Band, slots: Sequence[int]) 
     lo, hi = ov.spans[cls]
     up, down = band.role is not Role.HIGH, band.role is not Role.LOW
     for s in slots:
-        if (cls, s) not in state:
-            if lo <= s < hi:
-                if s not in live and not readers[(cls, s)] and not writers[(cls, s)]:
+        key = (cls, s)
+        if key not in state:
+            if lo <= s < hi:  # (Counter.get: no __missing__ call for the common absent key)
+                if s not in live and not readers.get(key) and not writers.get(key):
                     continue
             elif up and s == hi:
                 hi += 1
