@@ -8,7 +8,7 @@ slots (1, or 1 + the mamba tracking slots of SGLang's extra_buffer strategy).
 
 Window retention is page-granular: at 64-token pages, W = 128 and SGLANG_SWA_EVICTION_INTERVAL 128 a
 decoding request holds 3, 4, 5 window pages in turn (192-320 tokens), where SGLang at page size 1 holds
-W + 1 to W + 129 tokens (sglang/srt/mem_cache/common.py ``free_swa_out_of_window_slots`` at the
+W + 1 to W + 128 tokens (sglang/srt/mem_cache/common.py ``free_swa_out_of_window_slots`` at the
 ``_swa_eviction_trigger``; with its radix cache on, the tree also keeps the prompt's last W tokens locked,
 ``SWAComponent.acquire_component_lock``, not modeled). Finer pages do not bring gpt-oss-20b-ratio's split
 swa 0.1 closer to the published figure (0.88): they admit more and retract more (retractions per 1,000
