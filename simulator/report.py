@@ -213,7 +213,9 @@ def assumptions(page_size: int) -> list[str]:
         "unified arena: the reference Arena; vLLM-style: one page size, state padded to one page, no moves, "
         "window pages freed at once, one state slot; real engines (when installed): SGLang 0.5.23's split and "
         "unified allocators, vLLM 0.33.0's KVCacheManager, each column's 'implementation' naming it",
-        "throughput and latencies are MODELED by the roofline in kvarena/simulator/costmodel.py, not measured",
+        "throughput and latencies are MODELED by the roofline in kvarena/simulator/costmodel.py, not measured; "
+        "its one fitted constant, HBM_EFFICIENCY (the HBM bandwidth share of decode), was fitted on "
+        "gpt-oss-20b-c1000's published split TTFT",
     ]
 
 
