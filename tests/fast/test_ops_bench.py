@@ -19,3 +19,25 @@ def test_ops_vs_sglang_smoke(tmp_path: Path) -> None:
     assert "| alloc 1, no holes |" in out and "| compaction of 16 holes |" in out
     assert "| gpt-oss-20b" in out and out.count("| hymba-1.5b") == 3  # rung 3 at three float sizes
     assert list(tmp_path.iterdir()) == []  # a smoke run writes no results file
+
+
+
+def test_rung2_moves_reports_the_moved_pages() -> None:
+    """bench/rung2_moves.py on a small tight run: it counts the moved pages, every one with its origin, and the
+    count is the run's own (the full flush moves another number; the simulator's numbers are not pinned here)."""
+    import ast
+    import re
+
+    def run(*extra: str) -> tuple[int, dict[int, int]]:
+        r = subprocess.run([sys.executable, "bench/rung2_moves.py", "--scale", "0.02", "--capacity-gib", "4", *extra],
+                           cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+        assert r.returncode == 0, r.stderr[-2000:]
+        moved = re.search(r"GiB moved by compaction.*\npages moved ([\d,]+);", r.stdout)
+        origin = re.search(r"origin of the moved pages \(pages in the placement that bound them\): (\{.*\})", r.stdout)
+        assert moved and origin, r.stdout
+        return int(moved.group(1).replace(",", "")), ast.literal_eval(origin.group(1))
+
+    n, origin = run()
+    assert n > 0 and sum(origin.values()) == n and all(k >= 1 for k in origin), (n, origin)
+    n_full, _ = run("--policy", "full-compaction")
+    assert n_full != n
