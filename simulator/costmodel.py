@@ -25,10 +25,11 @@ hbm-efficiency`` (bisection), so that the split pools reproduce the published sp
 unified TTFT of that preset, which is prefill-bound, is a prediction. Use the model to compare
 configurations with each other; its absolute seconds rest on that one fit.
 
-Two other one-constant forms were fitted the same way and not taken (2026-12-01, unified / split TTFT of
-c1000 against the published 0.14, and gpt-oss-20b-ratio's throughput 0.1 / 0.8 against 0.88): a fixed
-overhead per step (25.5 ms: 0.152 and 0.692; it also slows every prefill chunk) and an overhead per decode
-token (42 us: 0.119 and 0.822). The bandwidth share gives 0.114 and 0.844 and keeps the roofline's form.
+Two other one-constant forms were set by hand near the same split TTFT and not taken (2026-12-01; unified /
+split TTFT of c1000 against the published 0.14, and gpt-oss-20b-ratio's throughput 0.1 / 0.8 against 0.88):
+a fixed overhead per step (25.5 ms, split 42.8 s: 0.152 and 0.692; it also slows every prefill chunk) and an
+overhead per decode token (42 us, split 41.1 s: 0.119 and 0.822). The bandwidth share gives 0.114 and 0.844
+and keeps the roofline's form.
 """
 
 from __future__ import annotations
