@@ -97,9 +97,10 @@ def _vllm_missing() -> str | None:
     return missing()
 
 
-# vLLM frees skipped blocks every step (remove_skipped_blocks) and has no mamba tracking slots
+# vLLM frees skipped blocks every step (remove_skipped_blocks) and has no mamba tracking slots (nor SGLang's
+# radix-tree state checkpoint)
 _VLLM_RULES: dict[str, object] = {"swa_eviction_interval": None, "state_slots": 1, "max_running": None,
-                                  "swa_admission": False}
+                                  "swa_admission": False, "radix_state_slots": 0}
 
 ENGINES: dict[str, EngineKind] = {
     "split": EngineKind("split", "kvarena-reference (split pools)", lambda cfg, _p: SplitPools(cfg)),

@@ -80,6 +80,51 @@ def retraction_key(decoded_tokens: int, input_tokens: int) -> tuple[int, int]:
     return decoded_tokens, -input_tokens
 
 
+def retraction_victim(keys: list[tuple[int, int]]) -> int:
+    """Index (in running-batch order) of the request ``retract_decode`` pops first.
+
+    srt/managers/schedule_batch.py ``_get_decode_retraction_order``: ``sorted_indices.sort(key=length_key,
+    reverse=True)`` is stable, so requests with equal keys keep their batch order, and ``pop()`` takes the
+    *last* of them: among ties, the request that joined the running batch last (``merge_batch`` appends)."""
+    return min(range(len(keys)), key=lambda i: (keys[i], -i))
+
+
+# ``retract_decode``'s victims go to the *back* of the waiting queue: srt/managers/scheduler.py
+# ``update_running_batch`` -> ``_add_request_to_queue(req, is_retracted=True)`` -> ``self.waiting_queue.append``,
+# and FCFS (``schedule_policy`` default, srt/arg_groups/fields/schedule.py) does not reorder the queue.
+RETRACTED_REQUEUE = "back"
+
+# State slots a new request must find free at admission: one. srt/managers/schedule_policy.py
+# ``PrefillAdder._mamba_gap_budget_for_req`` charges ``int(not req.kv.holds_mamba)`` slots ("Tracking buffers
+# and radix CoW headroom are not included here"); the split pools' budget charges none (``PrefillBudget``
+# counts full tokens only; the running cap leaves the state pool 5 slots per request).
+ADMISSION_STATE_SLOTS = 1
+
+# The grid a prefill checkpoint lands on: ``mamba_cache_chunk_size`` = max(FLA chunk 64, page 1)
+# (srt/arg_groups/overrides.py), lcm'd with the tree page by srt/runtime_context.py ``mamba_checkpoint_grid``.
+MAMBA_CHECKPOINT_GRID = 64
+
+
+def mamba_radix_checkpoint_slots(radix_cache: bool = True, skip_decode_lock: bool = False) -> int:
+    """State slots the radix tree holds *locked* for each running request: its prompt's checkpoint.
+
+    After a prefill chunk the scheduler publishes the request's prefix (srt/mem_cache/common.py
+    ``checkpoint_kv_cache``); the mamba component donates the ping-pong slot holding the tracked state to the
+    tree and gives the request a fresh one (srt/mem_cache/unified_cache/components/mamba.py
+    ``prepare_for_caching_req``: ``_alloc_mamba_slot`` + ``donate_mamba_ping_pong_slot``), and the request
+    then locks that node, state included (srt/mem_cache/unified_radix_cache.py ``checkpoint_into_tree``:
+    ``skip_lock_components`` is empty unless ``SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK``, off in srt/environ.py).
+    So a running request has 1 + 2 + 1 state slots resident (srt/mem_cache/kv_cache_configurator.py: the skip
+    "frees one resident slot per running request"). Unlocked (evictable) once it stops running."""
+    return 1 if radix_cache and not skip_decode_lock else 0
+
+
+def radix_checkpoint_taken(extend_tokens: int, grid: int = MAMBA_CHECKPOINT_GRID) -> bool:
+    """Whether a prefill chunk of ``extend_tokens`` leaves a state checkpoint to donate: srt/managers/
+    schedule_batch.py ``_mamba_radix_cache_v2_req_prepare_for_extend``: ``mask = req.extend_len >= grid``."""
+    return extend_tokens >= grid
+
+
 # ---- capacity limits ---------------------------------------------------------------------------------
 
 

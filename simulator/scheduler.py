@@ -55,10 +55,13 @@ class SchedulerModel:
     reset_ratio_when_idle: bool = True  # back to the initial ratio when nothing runs or waits
     ignore_eos_at_one: bool = True  # ignore_eos requests reserved at ratio 1.0 (rules.running_reserve_ratio)
     new_request_in_full: bool = True  # the new request's own output (+ a page) reserved in full
-    retraction: str = "fewest_decoded"  # victim order: "fewest_decoded" (rules.retraction_key) or "newest"
+    retraction: str = "fewest_decoded"  # victim order: "fewest_decoded" (rules.retraction_victim) or "newest"
+    requeue_retracted: str = rules.RETRACTED_REQUEUE  # "back" of the waiting queue (SGLang) or "front"
     check_decode_mem: bool = True  # retract before the step until its page needs fit, keeping one
     clip_new_tokens: int | None = rules.CLIP_MAX_NEW_TOKENS  # cap on one request's reserved output
     state_slots: int = 1 + rules.mamba_tracking_slots()  # recurrent slots a running request holds
+    admission_state_slots: int = rules.ADMISSION_STATE_SLOTS  # of those, what admission must find free
+    radix_state_slots: int = rules.mamba_radix_checkpoint_slots()  # + its prompt's checkpoint, held by the tree
     max_running: int | None = None  # running-request cap (rules.max_running_requests / mamba_max_running)
     prefix_cache: bool = True  # SGLang's radix cache (on unless --disable-radix-cache): prefix.py
     forward_requests: int = 4  # requests whose pages a forward pass holds in the ledger
@@ -76,7 +79,8 @@ SIMPLE = SchedulerModel(prefill_chunk=None, mixed_chunk=True, transient_window=F
                         new_token_ratio=(0.7, 0.1, 0.001), ratio_after_retract="reset", decay_on_decode_only=False,
                         reset_ratio_when_idle=False, ignore_eos_at_one=False, new_request_in_full=False,
                         retraction="newest", check_decode_mem=False, clip_new_tokens=None, state_slots=1,
-                        swa_admission=False, evict_before_alloc=False, idle_flush_bytes=None)
+                        swa_admission=False, evict_before_alloc=False, idle_flush_bytes=None,
+                        requeue_retracted="front", radix_state_slots=0)
 
 
 class SchedulerInvariantError(Exception):
@@ -108,6 +112,7 @@ class RunResult:
     rejected_ladder: int = 0
     retractions: int = 0
     forward_waits: int = 0
+    checkpoints_refused: int = 0  # radix state checkpoints that found no free slot (SGLang would assert)
     mean_wait_steps: float = 0.0  # from arrival to first admission, in steps
     steps: int = 0
     decode_steps: int = 0
@@ -198,6 +203,11 @@ class Scheduler:
         self.retracted_this_step = False
         self.admitting = False
         self.moved_before = sum(alloc.stats.bytes_moved.values())
+        # the radix tree's locked state checkpoint of each running request (rules.mamba_radix_checkpoint_slots):
+        # an owner of its own, as the tree holds it, freed (evictable) when the request stops running
+        self.ckpt_on = model.prefix_cache and model.radix_state_slots > 0 and bool(self.pg.state)
+        self.ckpt: set[int] = set()
+        self.n_ckpt = 0  # checkpoint owners admitted (not requests)
         self.cache: PrefixCache | None = None
         if model.prefix_cache and getattr(source, "shares_prefixes", False):
             if prefix.supported(alloc):
@@ -275,22 +285,39 @@ class Scheduler:
             return self.active[next(reversed(self.active))] if self.active else None
         if len(self.decoding) <= 1:
             return self.chunked[0] if self.chunked else None
-        return min(self.decoding.values(), key=lambda r: rules.retraction_key(self.decoded(r), r.orig_in))
+        batch = list(self.decoding.values())  # the running batch's order: the last one joined it last
+        return batch[rules.retraction_victim([rules.retraction_key(self.decoded(r), r.orig_in) for r in batch])]
 
     def unlock(self, r: _Req) -> None:
         if r.entry is not None:
             self.cache.unlock(r.entry)
             r.entry = None
 
+    def checkpoint(self, r: _Req) -> None:
+        """The tree takes ``r``'s state checkpoint after a prefill chunk (rules.mamba_radix_checkpoint_slots)."""
+        owner, demand = f"ckpt:r{r.rid}", {self.pg.state[0]: self.m.radix_state_slots}
+        if self.with_wait(lambda: (self.alloc.admit(owner, demand), 1)[1]) is None:
+            self.res.checkpoints_refused += 1
+            return
+        self.ckpt.add(r.rid)
+        self.n_ckpt += 1
+
+    def drop_checkpoint(self, r: _Req) -> None:
+        if r.rid in self.ckpt:  # unlocked: evictable, which SGLang counts as free
+            self.ckpt.discard(r.rid)
+            self.alloc.free(f"ckpt:r{r.rid}")
+            self.res.operations += 1
+
     def retract(self, r: _Req) -> None:
         gen = max(0, self.t - r.dec_start - 1) if r.rid in self.decoding else 0  # this step's token is lost with it
         self.pg.free(r.rid)
+        self.drop_checkpoint(r)
         self.unlock(r)
         self.unlink(r)
         if self.chunked and self.chunked[0] is r:
             self.chunked.clear()
         r.input, r.output, r.cap, r.done, r.dec_start = r.input + gen, r.output - gen, r.cap - gen, 0, -1
-        self.queue.appendleft(r)
+        (self.queue.append if self.m.requeue_retracted == "back" else self.queue.appendleft)(r)
         self.res.retractions += 1
         self.res.operations += 1
         self.retracted_this_step = True
@@ -363,6 +390,7 @@ class Scheduler:
                 if self.cache is not None and r.a.cache_as:  # the session's next turn starts with this context
                     self.cache.insert(r.a.cache_as, r.rid, r.orig_in + r.orig_out)
                 self.pg.free(r.rid)
+                self.drop_checkpoint(r)
                 self.unlock(r)
                 self.unlink(r)
                 self.res.completed += 1
@@ -419,6 +447,8 @@ class Scheduler:
         sp[3] += r.done
         self.res.prefill_tokens += c
         r.done = target
+        if self.ckpt_on and r.rid not in self.ckpt and rules.radix_checkpoint_taken(c):
+            self.checkpoint(r)
         if m.transient_window and pg.keep:
             self.trims.append(r)
         a = r.a
@@ -486,10 +516,14 @@ class Scheduler:
         """Pages the queue head must find free (its prompt; the SGLang window estimate per window class)."""
         todo = r.input - (r.entry.tokens if r.entry is not None else 0)  # a cache hit's pages exist already
         if not (self.m.swa_admission and self.pg.windows):
-            return self.pg.prompt_demand(todo)
-        new = self.out_reserve(r.cap)
-        return self.pg.prompt_demand(todo, {w: rules.swa_admission_tokens(r.input, new, n, self.pt, chunk)
-                                            for w, n in self.pg.windows.items()})
+            d = self.pg.prompt_demand(todo)
+        else:
+            new = self.out_reserve(r.cap)
+            d = self.pg.prompt_demand(todo, {w: rules.swa_admission_tokens(r.input, new, n, self.pt, chunk)
+                                             for w, n in self.pg.windows.items()})
+        for c in self.pg.state:  # SGLang charges one state slot (rules.ADMISSION_STATE_SLOTS), allocates them all
+            d[c] = min(d[c], self.m.admission_state_slots)
+        return d
 
     def enqueue(self) -> None:
         for a in self.source.due(self.clock):
@@ -621,7 +655,7 @@ class Scheduler:
             self.cache.drop_all()
         self.do_check()  # the end state, ledger empty
         s = self.alloc.stats
-        res.admitted, res.steps, res.clock = s.admitted, self.step, self.clock
+        res.admitted, res.steps, res.clock = s.admitted - self.n_ckpt, self.step, self.clock
         res.moves, res.bytes_moved = {k: s.moves[k] for k in (2, 3)}, {k: s.bytes_moved[k] for k in (2, 3)}
         res.rung_used = dict(s.rung_used)
         res.mean_active = self.busy_clock / self.clock if self.clock else 0.0
