@@ -513,7 +513,8 @@ class Arena:
             v2p[vid] = (name, slot)
             gen[vid] = serial
             serial += 1
-            content.pop((name, slot), None)
+            if content:  # (no tuple and no call when no page holds content, as in a scheduler's run)
+                content.pop((name, slot), None)
             out.append(vid)
         self._next_gen = serial
         return out
