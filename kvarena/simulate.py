@@ -71,7 +71,8 @@ Simulate a workload on one H200 under each memory layout, with SGLang 0.5.23's s
   unified arena     the reference allocator (one byte range; reuse, compact the ends, relayout), one
                     column per admission policy (today: the default)
   vLLM-style pool   one pool of equal pages; attention pages enlarged until a page holds one layer's
-                    recurrent state (528 tokens on Qwen3.5-4B), state padded to a page; nothing moves
+                    recurrent state (528 tokens on Qwen3.5-4B), state padded to a page; nothing moves;
+                    mamba "align" mode (vLLM's prefix caching default): decides as vLLM v1 below
 and, when installed (make sglang / make vllm; --engines picks), the real engines' own code:
   SGLang split pools / SGLang unified   SGLang 0.5.23's allocators (byte buffer on torch's meta device)
   vLLM v1                               vLLM 0.33.0's KVCacheManager, configured by vLLM's own planning
