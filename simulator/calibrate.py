@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kvarena.simulator.budget import GiB
 from kvarena.simulator.costmodel import HBM_EFFICIENCY, CostModel
@@ -28,6 +28,7 @@ from kvarena.simulator.scheduler import SchedulerModel, run
 from kvarena.simulator.simulation import Configuration, engine_model
 from kvarena.simulator.workloads import Workload, workload
 from kvarena.spec.errors import CapacityTooSmallError
+from kvarena.spec.layout import Kind
 from kvarena.spec.models import preset
 
 METRICS = {
@@ -54,9 +55,10 @@ def split_value(w: Workload, gib: float, page_size: int = 64, model: SchedulerMo
     """The split pools' value of the preset's published metric at a budget of ``gib``."""
     c = Configuration("split pools", "split")
     context = w.max_context()
-    alloc = c.build(w.model, int(gib * GiB), page_size, context)
-    m = engine_model(SchedulerModel(check_every=0, stall_steps=max(50_000, 4 * context))
-                     if model is None else model, c, alloc.config)
+    base = SchedulerModel(check_every=0, stall_steps=max(50_000, 4 * context)) if model is None else model
+    slots = base.state_slots if any(k.kind is Kind.RECURRENT for k in preset(w.model).classes) else 1
+    alloc = c.build(w.model, int(gib * GiB), page_size, context, slots)  # as simulation.run_configuration
+    m = engine_model(base if slots > 1 else replace(base, state_slots=1), c, alloc.config)
     r = run(alloc, w.source(), c.label, m, cost=CostModel(preset(w.model), hbm_efficiency))
     return METRICS[w.published.metric](r)
 
