@@ -133,3 +133,22 @@ def test_model_withholds_a_freed_request_whole_while_a_forward_reads_it() -> Non
     pool.check_invariants()
     pool.release("f")
     assert len(pool._free) == free + 7 and len(pool._free) == pool.total_pages
+
+
+@pytest.mark.vllm
+def test_ci_runs_a_preset_with_the_real_vllm_column(capsys: pytest.CaptureFixture[str]) -> None:
+    """A published preset (Qwen3.5-4B 16K / 4K, align mode, 5 % of its requests) through `kvarena simulate`
+    with vLLM's manager as a column: its implementation is named, and the model's column decides alike."""
+    import json
+
+    from kvarena.cli import main
+
+    _real(_cfg("gpt-oss-20b", 1, 2048))  # skips without vllm
+    assert main(["simulate", "--quiet", "--json", "--workload", "qwen3.5-4b-16k-4k", "--scale", "0.05",
+                 "--engines", "vllm-real"]) == 0
+    (w,) = json.loads(capsys.readouterr().out)["workloads"]
+    real, model = w["results"]["vLLM v1"], w["results"]["vLLM-style pool"]
+    assert real["implementation"] == "vllm-0.33.0" and model["implementation"] == "kvarena vLLM-style model"
+    assert real["completed"] == real["requests"] > 0
+    keys = ("max_active", "mean_active", "retractions", "steps", "throughput_tok_s", "ttft_p50_s")
+    assert {k: real[k] for k in keys} == {k: model[k] for k in keys}
