@@ -24,8 +24,10 @@ How vLLM v1 lays out a hybrid model (peers-and-models.md §2.1), as modeled here
 
 The class offers the page API subset the scheduler model uses (``admit / extend / slide / free /
 acquire / release``), in units of *logical* pages per state class: a logical page of a class is one
-page in each of its groups. A page freed while a ledger user holds it is withheld until released,
-as in the arena, so the comparison is like for like.
+page in each of its groups. A page a ledger user holds is withheld until released; a request freed while
+one holds any of its pages is withheld whole (``Scheduler._free_request_blocks`` pops it with
+``pop_blocks_for_free``). docs/vllm-findings.md §8 compares the model with vLLM's own manager (the same
+decisions on every preset).
 """
 
 from __future__ import annotations

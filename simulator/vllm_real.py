@@ -13,20 +13,29 @@ is allocated: the manager hands out block ids only.
 Block size: with recurrent layers vLLM's ``_align_hybrid_block_size`` arithmetic over a 16-token kernel
 block (``hybrid_block_size``: 528 tokens on Qwen3.5-4B); without, the simulator's page size (``--page-size``,
 i.e. ``--block-size 64``; vLLM's CUDA default is 16, 4x the scheduler steps to simulate). Prefix caching is
-off (the simulated traffic shares no prefix; mamba cache mode "none": one state block per request).
+on, vLLM's default (``CacheConfig.enable_prefix_caching``), so recurrent state runs in mamba cache mode
+"align" (``MambaModelConfig.verify_and_update_config``); each prompt has token ids of its own, so nothing hits.
+``prefix_caching=False`` runs mode "none" (one state block per group for the request's life).
 
-How the scheduler's page API maps onto a manager that speaks tokens:
+How the scheduler's page API maps onto a manager that speaks tokens (docs/vllm-findings.md §8 measures what
+each choice changes):
 
 - ``describe(owner, prompt, max_tokens)`` (the pager calls it before ``admit``) builds the real ``Request``;
 - ``admit`` / ``extend`` with ``n`` full-attention pages call ``allocate_slots(request, n x block)``: the
   request's computed tokens then end on a block boundary, so vLLM allocates exactly ``n`` blocks per
-  full-attention group, the sliding-window blocks its own rule needs (it frees out-of-window blocks itself,
-  in ``remove_skipped_blocks``) and its state block. The window and state demands of the pager are vLLM's
-  business: only full-attention pages come back (one logical page = that block in every full group);
+  full-attention group, the sliding-window blocks its own rule needs and, in align mode, a fresh state block
+  per mamba group. Back come the full pages, the window pages vLLM now holds beyond what the scheduler
+  counted (so its count is vLLM's, checked in ``check_invariants``) and, on admission, the state pages; a
+  logical page is one block in every group of its class;
+- vLLM's scheduler calls ``allocate_slots`` for every running request every step, and that call starts with
+  ``remove_skipped_blocks``; here allocations happen only at block crossings, so that call is made where vLLM
+  would have made it: on the scheduler's window trim (``slide``; once no in-flight forward reads the request),
+  and after the forward that follows an allocation (align mode's superseded state block), on a processed-token
+  count no larger than the request's;
 - ``free`` is ``_free_request_blocks``: ``free`` at once, or, while an in-flight forward (a ledger user)
   holds one of its pages, ``pop_blocks_for_free`` and the blocks' ``free_blocks`` at that user's release;
-- ``fits`` counts blocks as vLLM's scheduler would (pages x groups per class against
-  ``get_num_free_blocks``).
+- ``fits`` counts blocks as vLLM would (pages x groups per class against ``get_num_free_blocks``, plus align
+  mode's state block per crossing for a decode step).
 """
 
 from __future__ import annotations
