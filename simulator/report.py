@@ -211,8 +211,9 @@ def assumptions(page_size: int) -> list[str]:
         "cache modeled for workloads that share prefixes (kvarena/simulator/prefix.py), evictable entries free",
         "split pools: SGLang's ratio flags (--swa-full-tokens-ratio 0.8, --mamba-full-memory-ratio 0.9); "
         "unified arena: the reference Arena; vLLM-style: one page size, state padded to one page, no moves, "
-        "window pages freed at once, one state slot; real engines (when installed): SGLang 0.5.23's split and "
-        "unified allocators, vLLM 0.33.0's KVCacheManager, each column's 'implementation' naming it",
+        "window pages freed at once, one state slot (moved to a fresh block per crossing: vLLM's align mode), "
+        "decides as vLLM 0.33.0's manager (docs/vllm-findings.md §8); real engines (when installed): SGLang "
+        "0.5.23's split and unified allocators, vLLM 0.33.0's KVCacheManager, each column's 'implementation' naming it",
         "throughput and latencies are MODELED by the roofline in kvarena/simulator/costmodel.py, not measured; "
         "its one fitted constant, HBM_EFFICIENCY (the HBM bandwidth share of decode), was fitted on "
         "gpt-oss-20b-c1000's published split TTFT",
