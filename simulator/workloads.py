@@ -206,7 +206,7 @@ PRESET_WORKLOADS: dict[str, Workload] = {w.name: w for w in (
              published=Published("max_active", 1000, 618, "~1,000 vs 618 concurrent requests")),
     Workload("qwen3.5-4b-16k-4k", "qwen3.5-4b", "long prompts: full-attention KV dominates",
              _fixed(16384, 4096), 64, requests=320,
-             calibration=Calibration(29.73, "split pools' mean active requests = 22 (22.7 at this budget)"),
+             calibration=Calibration(27.33, "split pools' mean active requests = 22 (22.4 at this budget)"),
              published=Published("mean_active", 32, 22, "32 vs 22 active requests")),
     Workload("qwen3.5-4b-512-16k", "qwen3.5-4b", "long outputs: decode outgrows admission, retractions",
              _fixed(512, 16384), 51, requests=255,
