@@ -150,10 +150,10 @@ class CostModel:
 
     def describe(self) -> list[str]:
         c = self.cost
-        return [f"roofline: step = max(bytes / {self.hbm_bytes_per_s / 1e12:.2f} TB/s = {self.hbm_efficiency:.0%} "
-                f"of {HBM_PEAK_BYTES_PER_S / 1e12:g} (fitted on gpt-oss-20b-c1000's split TTFT), flops / "
-                f"{COMPUTE_FLOPS_PER_S / 1e12:.0f} TFLOP/s = {COMPUTE_EFFICIENCY:.0%} of "
-                f"{BF16_DENSE_PEAK_FLOPS / 1e12:g} bf16 dense)",
+        return [f"roofline: step = max(bytes / {self.hbm_bytes_per_s / 1e12:.2f} TB/s ({self.hbm_efficiency:.2%} of "
+                f"{HBM_PEAK_BYTES_PER_S / 1e12:g} TB/s, fitted on gpt-oss-20b-c1000's split TTFT), flops / "
+                f"{COMPUTE_FLOPS_PER_S / 1e12:.0f} TFLOP/s ({COMPUTE_EFFICIENCY:.0%} of "
+                f"{BF16_DENSE_PEAK_FLOPS / 1e12:g} bf16 dense))",
                 f"model: {c.weight_bytes / 1e9:g} GB weights read per step, {c.active_params / 1e9:g}B active "
                 f"params, {c.q_heads} query heads x {c.head_dim} ({c.source})",
                 "overheads only through the fitted bandwidth share; perfect overlap of memory and compute"]

@@ -72,7 +72,7 @@ def test_compute_bound_prefill_does_not_depend_on_the_fit() -> None:
 
 def test_describe_names_the_fit_and_bad_shares_are_refused() -> None:
     text = " ".join(CostModel(GPT).describe())
-    assert "fitted on gpt-oss-20b-c1000" in text and f"{HBM_EFFICIENCY:.0%}" in text
+    assert "fitted on gpt-oss-20b-c1000" in text and f"{HBM_EFFICIENCY:.2%} of 4.8 TB/s" in text
     for bad in (0.0, -0.1, 1.5):
         with pytest.raises(ConfigError, match=r"must be in \(0, 1\]"):
             CostModel(GPT, bad)
