@@ -187,3 +187,21 @@ def test_the_checkpoint_costs_unified_bytes_not_split_ones(kind) -> None:
         assert on.retractions > off.retractions == 0
     else:
         assert on.retractions == off.retractions
+
+
+def test_calibration_runs_the_split_pools_with_the_schedulers_state_slots() -> None:
+    """The budget bisection (calibrate.split_value) builds the split pools as a simulate column does: with
+    the state slots a request holds. Built with one (the old bug), a Qwen3.5 run refused its 3 state pages."""
+    from kvarena.simulator.arrivals import Lengths
+    from kvarena.simulator.calibrate import split_value
+    from kvarena.simulator.workloads import Published, Workload
+    from kvarena.spec.errors import InvalidArgumentError
+
+    w = Workload("t", "qwen3.5-4b", "", Lengths("fixed", 512, 64), 4, requests=8,
+                 published=Published("max_active", None, 4, "4"))
+    assert split_value(w, 4.0) == 4
+    from kvarena.simulator.simulation import Configuration
+
+    old = Configuration("split pools", "split").build("qwen3.5-4b", 4 * GiB, 64, w.max_context())  # the old build
+    with pytest.raises(InvalidArgumentError, match="recurrent_slots=1"):
+        run(old, w.source(), "old", SchedulerModel(check_every=0))
