@@ -10,12 +10,13 @@ Window retention is page-granular: at 64-token pages, W = 128 and SGLANG_SWA_EVI
 decoding request holds 3, 4, 5 window pages in turn (192-320 tokens), where SGLang at page size 1 holds
 W + 1 to W + 128 tokens (sglang/srt/mem_cache/common.py ``free_swa_out_of_window_slots`` at the
 ``_swa_eviction_trigger``; with its radix cache on, the tree also keeps the prompt's last W tokens locked,
-``SWAComponent.acquire_component_lock``, not modeled). Finer pages move gpt-oss-20b-ratio's split
-throughput 0.1 over 0.8 (published 0.88), but not monotonically: 0.808 / 0.814 / 0.868 at 64 / 32 / 16-token
-pages (retractions per 1,000: 1,921 / 1,983 / 1,601; commit 7e56d22, fitted cost model); with retracted
-requests requeued at the front, 0.844 / 0.844 / 0.819 (1,447 / 1,633 / 1,841), and at the datasheet
-bandwidth 0.617 / 0.583 / 0.550 (kvarena's split pools, 2026-12-01). Page size 1 runs > 10 min. So the
-pager keeps the allocator's pages for every class, and this is a known error of the page grid.
+``SWAComponent.acquire_component_lock``, not modeled). Finer pages raise gpt-oss-20b-ratio's split
+throughput 0.1 over 0.8 (published 0.88): 0.808 / 0.814 / 0.868 / 0.940 at 64 / 32 / 16 / 8-token pages
+(retractions per 1,000: 1,921 / 1,983 / 1,601 / 1,079; commits 7e56d22-0201525, fitted cost model); with
+retracted requests requeued at the front, 64 / 32 / 16: 0.844 / 0.844 / 0.819 (1,447 / 1,633 / 1,841), and
+at the datasheet bandwidth 0.617 / 0.583 / 0.550 (kvarena's split pools, 2026-12-01). Page size 1 runs
+> 10 min. The pager keeps the allocator's pages for every class: the page grid is a known error there,
+until the split column gets a token-granular window pool (SGLang's free-list counter at page size 1).
 """
 
 from __future__ import annotations
