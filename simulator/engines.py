@@ -98,9 +98,9 @@ def _vllm_missing() -> str | None:
 
 
 # vLLM frees skipped blocks every step (remove_skipped_blocks) and has no mamba tracking slots (nor SGLang's
-# radix-tree state checkpoint)
+# radix-tree state checkpoint, nor its batch_is_full latch: vLLM's scheduler tries its waiting queue every step)
 _VLLM_RULES: dict[str, object] = {"swa_eviction_interval": None, "state_slots": 1, "max_running": None,
-                                  "swa_admission": False, "radix_state_slots": 0}
+                                  "swa_admission": False, "radix_state_slots": 0, "batch_is_full": False}
 
 ENGINES: dict[str, EngineKind] = {
     "split": EngineKind("split", "kvarena-reference (split pools)", lambda cfg, _p: SplitPools(cfg)),

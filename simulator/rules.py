@@ -94,6 +94,12 @@ def retraction_victim(keys: list[tuple[int, int]]) -> int:
 # and FCFS (``schedule_policy`` default, srt/arg_groups/fields/schedule.py) does not reorder the queue.
 RETRACTED_REQUEUE = "back"
 
+# A refusal for memory (``AddReqResult.NO_TOKEN``) sets ``running_batch.batch_is_full``, and no admission is tried
+# again (a chunked prefill continues) until the running batch shrinks (a request finishes or is retracted):
+# srt/managers/scheduler.py ``_get_new_batch_prefill_raw`` returns early while it is set; ``get_next_batch_to_run``
+# and ``update_running_batch`` clear it when the batch got smaller. A hybrid-SWA model clears it every pass.
+BATCH_IS_FULL = True
+
 # State slots a new request must find free at admission: one. srt/managers/schedule_policy.py
 # ``PrefillAdder._mamba_gap_budget_for_req`` charges ``int(not req.kv.holds_mamba)`` slots ("Tracking buffers
 # and radix CoW headroom are not included here"); the split pools' budget charges none (``PrefillBudget``

@@ -55,6 +55,7 @@ class SchedulerModel:
     reset_ratio_when_idle: bool = True  # back to the initial ratio when nothing runs or waits
     ignore_eos_at_one: bool = True  # ignore_eos requests reserved at ratio 1.0 (rules.running_reserve_ratio)
     new_request_in_full: bool = True  # the new request's own output (+ a page) reserved in full
+    batch_is_full: bool = rules.BATCH_IS_FULL  # refused for memory: no admission till the batch shrinks
     retraction: str = "fewest_decoded"  # victim order: "fewest_decoded" (rules.retraction_victim) or "newest"
     requeue_retracted: str = rules.RETRACTED_REQUEUE  # "back" of the waiting queue (SGLang) or "front"
     check_decode_mem: bool = True  # retract before the step until its page needs fit, keeping one
@@ -80,7 +81,7 @@ SIMPLE = SchedulerModel(prefill_chunk=None, mixed_chunk=True, transient_window=F
                         reset_ratio_when_idle=False, ignore_eos_at_one=False, new_request_in_full=False,
                         retraction="newest", check_decode_mem=False, clip_new_tokens=None, state_slots=1,
                         swa_admission=False, evict_before_alloc=False, idle_flush_bytes=None,
-                        requeue_retracted="front", radix_state_slots=0)
+                        requeue_retracted="front", radix_state_slots=0, batch_is_full=False)
 
 
 class SchedulerInvariantError(Exception):
@@ -202,6 +203,8 @@ class Scheduler:
         self.just_finished: list[_Req] = []
         self.retracted_this_step = False
         self.admitting = False
+        self.full = False  # SGLang's running_batch.batch_is_full: set by a refusal, cleared when the batch shrinks
+        self.full_sticks = model.batch_is_full and not self.pg.windows  # hybrid SWA resets it every pass
         self.moved_before = sum(alloc.stats.bytes_moved.values())
         # the radix tree's locked state checkpoint of each running request (rules.mamba_radix_checkpoint_slots):
         # an owner of its own, as the tree holds it, freed (evictable) when the request stops running
@@ -318,6 +321,7 @@ class Scheduler:
             self.chunked.clear()
         r.input, r.output, r.cap, r.done, r.dec_start = r.input + gen, r.output - gen, r.cap - gen, 0, -1
         (self.queue.append if self.m.requeue_retracted == "back" else self.queue.appendleft)(r)
+        self.full = False
         self.res.retractions += 1
         self.res.operations += 1
         self.retracted_this_step = True
@@ -394,6 +398,7 @@ class Scheduler:
                 self.unlock(r)
                 self.unlink(r)
                 self.res.completed += 1
+                self.full = False
                 self.res.output_tokens += r.orig_out
                 self.res.operations += 1
                 self.just_finished.append(r)
@@ -475,6 +480,8 @@ class Scheduler:
             if got is None or self.chunked:
                 return  # the chunked request waits for memory, or took the whole budget
             budget = None if budget is None else budget - got
+        if self.full and self.full_sticks and self.active:
+            return  # srt/managers/scheduler.py _get_new_batch_prefill_raw: batch_is_full, no chunked request
         cap = self.m.max_running
         while self.queue and (budget is None or budget > 0):
             if cap is not None and len(self.active) >= cap:
@@ -490,6 +497,7 @@ class Scheduler:
                 self.unlock(r)
                 r.done = 0
                 self.res.rejected_headroom += 1
+                self.full = True
                 return
             r.admit_step, r.pos = self.step, len(self.pool)
             self.active[r.rid] = r

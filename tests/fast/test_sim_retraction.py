@@ -205,3 +205,29 @@ def test_calibration_runs_the_split_pools_with_the_schedulers_state_slots() -> N
     old = Configuration("split pools", "split").build("qwen3.5-4b", 4 * GiB, 64, w.max_context())  # the old build
     with pytest.raises(InvalidArgumentError, match="recurrent_slots=1"):
         run(old, w.source(), "old", SchedulerModel(check_every=0))
+
+
+def _attempts_while_full(model: SchedulerModel, cfg: ArenaConfig) -> tuple[int, int]:
+    """From the first refusal for memory until the batch next shrinks: (admission attempts refused, steps)."""
+    reqs = [Arrival(0.0, 512, 8000, ignore_eos=True) for _ in range(20)]
+    s = _scheduler(cfg, reqs, model)
+    while not s.res.rejected_headroom:
+        s.one_step()
+        s.step += 1
+    shrink, refused, steps = s.res.completed + s.res.retractions, s.res.rejected_headroom, 0
+    while s.res.completed + s.res.retractions == shrink:
+        s.one_step()
+        s.step += 1
+        steps += 1
+    return s.res.rejected_headroom - refused, steps
+
+
+def test_a_refusal_closes_admission_until_the_batch_shrinks() -> None:
+    """Qwen3.5 (no window class): after admission is refused for memory, SGLang tries no admission again until
+    a request finishes or is retracted (``batch_is_full``); without the rule the model retries every step."""
+    cfg = ArenaConfig(preset("qwen3.5-4b"), 4 * GiB, max_context_len=8512, recurrent_slots=3)
+    tried, steps = _attempts_while_full(SchedulerModel(), cfg)
+    assert steps > 100 and tried == 0
+    tried_off, _ = _attempts_while_full(SchedulerModel(batch_is_full=False), cfg)
+    assert tried_off > 100  # the planted bug (the flag off) retries
+    assert not _scheduler(GPT, [], SchedulerModel()).full_sticks  # hybrid SWA: SGLang resets it every pass
