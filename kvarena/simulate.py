@@ -153,7 +153,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "workload then)")
     p.add_argument("--ray", metavar="ADDRESS",
                    help="run each configuration as a Ray task on that cluster ('auto', 'ray://HOST:10001', or "
-                        "'local' to start one here); needs ray (tested with 2.60.0): pip install ray")
+                        "'local' to start one here); needs the ray extra (tested with 2.60.0): "
+                        "pip install 'kvarena[ray]'")
     p.add_argument("--engines", default="all", metavar="LIST",
                    help="real engines to run beside kvarena's configurations: 'all' (default: every installed "
                         f"one), 'none', or a comma list of {', '.join(REAL_ENGINES)}; a missing extra is skipped "
@@ -228,7 +229,7 @@ def check_args(args: argparse.Namespace) -> None:
         import importlib.util
 
         if importlib.util.find_spec("ray") is None:
-            raise UsageError("--ray needs ray (tested with 2.60.0): pip install ray")
+            raise UsageError("--ray needs the ray extra (tested with 2.60.0): pip install 'kvarena[ray]'")
     bad = [e for e in engines_wanted(args.engines) or () if e not in REAL_ENGINES]
     if bad:
         raise UsageError(f"--engines: unknown {', '.join(bad)}; choose from {', '.join(REAL_ENGINES)}, 'all' or 'none'")

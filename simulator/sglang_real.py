@@ -6,11 +6,12 @@ Two engines, both SGLang's own code from the installed wheel, loaded by the conf
 - :class:`SGLangUnified` (``--enable-unified-memory``): ``UnifiedKVPool`` with its ``MultiEndedAllocator``
   ENDs and ``FloatMultiEndedAllocator`` middles, their shortfall ladder (``_relieve_for_alloc``), lazy
   compaction and ``_float_open_short_side``, through :class:`~kvarena.conformance.adapters.sglang.SGLangArena`.
-  The byte buffer is on torch's **meta** device: its views, page copies (``copy_pages``) and zeroing
-  (``zero_pages``) run on shapes only, so an 80 GiB arena costs no memory; only the allocators' index
-  tensors (a few int64 per page) are real. The adapter's per-refusal audit reads page bytes, which meta
-  has none of, so it is off here (the conformance suite runs it); the end-of-run check is SGLang's own
-  ``_chain_byte_accounting_violations`` plus kvarena's observation checks.
+  The byte buffer is on torch's **meta** device: its views and page copies (``copy_pages``) run on shapes
+  only, and zeroing a page on hand-out, with no bytes to write, is skipped (:class:`_NoBytes`), so an 80 GiB
+  arena costs no memory; only the allocators' index tensors (a few int64 per page) are real. The adapter's
+  per-refusal audit reads page bytes, which meta has none of, so it is off here (the conformance suite runs
+  it); the end-of-run check is SGLang's own ``_chain_byte_accounting_violations`` plus kvarena's observation
+  checks.
 - :class:`SGLangSplit` (the default, ``--swa-full-tokens-ratio`` / ``--mamba-full-memory-ratio``): one
   ``TokenToKVPoolAllocator`` per token class (allocator/token.py: what ``SWATokenToKVPoolAllocator`` builds
   for its full and SWA sides at page size 1) and a ``MambaSlotAllocator`` (allocator/mamba.py) per state
@@ -18,6 +19,13 @@ Two engines, both SGLang's own code from the installed wheel, loaded by the conf
   follows SGLang's pool sizing). ``SWATokenToKVPoolAllocator.alloc`` checks both sides' ``available_size``
   before allocating either; :meth:`SGLangSplit.admit` does the same over every class, so a refusal changes
   nothing. The pools hold token ids only (no KV buffer is built: the allocators never touch it on these paths).
+
+Speed (our side of the calls only: every decision is SGLang's, and the ``--json`` of every preset is the
+same field by field before and after): SGLang's ``with record_function(...)`` trace labels are a no-op
+context here (:func:`_unlabelled`: no profiler runs; each label costs ~20 us of CPU torch); the split
+pools' frees go to SGLang as one ``free`` per class with the ids in order, which its free group
+concatenates exactly as it would one ``free`` per page; the adapter gathers slots and token ids with
+one tensor op per call, not per page.
 """
 
 from __future__ import annotations
@@ -44,6 +52,16 @@ from kvarena.spec.errors import (
 from kvarena.spec.layout import Kind
 from kvarena.spec.models import ArenaConfig, chain, worst_case_demand
 from kvarena.spec.types import UserKind
+
+
+def _unlabelled(sg: Any) -> None:
+    """SGLang's allocator modules label their calls with ``torch.profiler.record_function`` for a profiler
+    trace; with no profiler running a label does nothing but costs ~20 us on CPU torch, several per page
+    operation. The simulator swaps the name for ``contextlib.nullcontext`` in those modules (process-wide:
+    with no profiler, either behaves the same)."""
+    for m in (sg.pool, sg.alloc):
+        if getattr(m, "record_function", None) is not contextlib.nullcontext:
+            m.record_function = contextlib.nullcontext
 
 
 def missing() -> str | None:
@@ -74,6 +92,22 @@ class _WaitingStream:
         self.engine._forward_finishes()
 
 
+class _NoBytes:
+    """The KV pool side of a sub-pool whose byte buffer is on ``meta`` (what SGLang's allocator calls as
+    ``_kvcache``): page copies still go through SGLang's ``copy_pages`` (shapes only), and zeroing a page
+    envelope on hand-out, which has no bytes to write here, is skipped (SGLang's ``zero_pages`` on meta
+    would only build index tensors, ~30 us a call on every allocation)."""
+
+    def __init__(self, kv: Any) -> None:
+        self.kv = kv
+
+    def move_physical_pages(self, tgt_pages: Any, src_pages: Any, page_size: int) -> None:
+        self.kv.move_physical_pages(tgt_pages, src_pages, page_size)
+
+    def zero_physical_pages(self, _phys_pages: Any) -> None:
+        pass
+
+
 class SGLangUnified(SGLangArena):
     """SGLang's unified allocator behind the simulator's engine interface (byte buffer on ``meta``)."""
 
@@ -83,6 +117,9 @@ class SGLangUnified(SGLangArena):
         # at most 255 B fewer than the other columns get (at most one page less per class)
         config = replace(config, capacity=config.capacity // self.ALIGN * self.ALIGN)
         super().__init__(config, device="meta", own_grid=True)
+        _unlabelled(self.sg)
+        for a in self.allocs.values():
+            a._kvcache = _NoBytes(a._kvcache)
         self.capacity = config.capacity
         self.stats = Stats()
         self._role = {c: (2 if i in (0, self.K - 1) else 3) for i, c in enumerate(self.order)}
@@ -258,7 +295,7 @@ class SGLangSplit:
         self.stats = Stats()
         # one id per kvarena page: PagedTokenToKVPoolAllocator keeps this same free list of page ids (its
         # module's triton kernels are stand-ins here, so its token-granular base class holds the page ids)
-        self.ps = dict.fromkeys(self.kind, 1)
+        self._full = next(c for c, k in self.kind.items() if k is Kind.FULL)
         regions = split_regions(config)
         self.slots = {c: (hi - lo) // config.page_bytes(c) for c, (lo, hi) in regions.items()}
         self._pb = {c: config.page_bytes(c) for c in self.order}
@@ -272,11 +309,11 @@ class SGLangSplit:
             if self.kind[c] is Kind.RECURRENT:
                 self.allocs[c] = mamba.MambaSlotAllocator(self.slots[c], "cpu")
             else:
-                self.allocs[c] = token.TokenToKVPoolAllocator(self.slots[c] * self.ps[c], torch.int64, "cpu",
+                self.allocs[c] = token.TokenToKVPoolAllocator(self.slots[c], torch.int64, "cpu",
                                                               None, need_sort=False)
                 self.allocs[c].free_group_begin()  # frees batched per step, as SGLang's scheduler groups them
         self.owners: dict[str, dict[str, list[int]]] = {}
-        self.pages: dict[int, Any] = {}  # vid -> the token ids (or slot) SGLang handed out
+        self.pages: dict[int, int] = {}  # vid -> the token id (or slot) SGLang handed out (one per page)
         self.cls_of: dict[int, str] = {}
         self.holds: Counter[int] = Counter()
         self.users: dict[str, tuple[int, ...]] = {}
@@ -296,12 +333,12 @@ class SGLangSplit:
                 a.free_group_begin()
 
     def _free_pages(self, c: str) -> int:
-        self._flush_frees()
-        return self.allocs[c].available_size() // self.ps[c]
+        """Free pages of ``c`` once the queued frees are applied (call :meth:`_flush_frees` first)."""
+        return self.allocs[c].available_size()
 
     def fits(self, demand: Mapping[str, int], reserve_full_pages: int) -> bool:
-        full = next(c for c, k in self.kind.items() if k is Kind.FULL)
-        return all(demand.get(c, 0) + (reserve_full_pages if c == full else 0) <= self._free_pages(c)
+        self._flush_frees()
+        return all(demand.get(c, 0) + (reserve_full_pages if c == self._full else 0) <= self._free_pages(c)
                    for c in self.order)
 
     def used_bytes(self) -> int:
@@ -319,7 +356,8 @@ class SGLangSplit:
                 raise InvalidArgumentError(f"demand names class {c!r}; use one of {self.order}")
             if n:
                 d[c] = n
-        short = {c: n - self._free_pages(c) for c, n in d.items() if n > self._free_pages(c)}
+        self._flush_frees()
+        short = {c: n - free for c, n in d.items() if n > (free := self._free_pages(c))}
         if short:  # SWATokenToKVPoolAllocator.alloc: every side's available_size first, then allocate
             raise AdmissionRejectedError(f"SGLang's split pools cannot place {d}: short {short}", short,
                                          sum(n * self._pb[c] for c, n in short.items()))
@@ -327,14 +365,12 @@ class SGLangSplit:
         for c in self.order:
             if c not in d:
                 continue
-            ids = self.allocs[c].alloc(d[c] * self.ps[c])
+            ids = self.allocs[c].alloc(d[c])
             assert ids is not None, (c, d)
-            vids = []
-            for i in range(d[c]):
-                v, self._next = self._next, self._next + 1
-                self.pages[v] = ids[i * self.ps[c]:(i + 1) * self.ps[c]]
-                self.cls_of[v] = c
-                vids.append(v)
+            vids = range(self._next, self._next + d[c])
+            self._next += d[c]
+            self.pages.update(zip(vids, ids.tolist()))
+            self.cls_of.update(dict.fromkeys(vids, c))
             self._live[c] += d[c]
             got[c] = tuple(vids)
         self.stats.rung_used[1] += 1
@@ -365,17 +401,24 @@ class SGLangSplit:
         return SimpleNamespace(pages=got)
 
     def _release(self, vids: Sequence[int]) -> None:
+        back = []
         for v in vids:
             c = self.cls_of[v]
             self._live[c] -= 1
             if self.holds[v]:
                 self.withheld[v] = None  # an in-flight forward still reads it: freed at its release
             else:
-                self._give_back(v)
+                back.append(v)
+        self._give_back(back)
 
-    def _give_back(self, v: int) -> None:
-        c = self.cls_of.pop(v)
-        self.allocs[c].free(self.pages.pop(v))
+    def _give_back(self, vids: Sequence[int]) -> None:
+        """Free ``vids`` in SGLang: one ``free`` per class with their ids in this order, which appends to the
+        free list exactly what one ``free`` per page would (a free group concatenates its frees in order)."""
+        by_cls: dict[str, list[int]] = {}
+        for v in vids:
+            by_cls.setdefault(self.cls_of.pop(v), []).append(self.pages.pop(v))
+        for c, ids in by_cls.items():
+            self.allocs[c].free(self.torch.tensor(ids, dtype=self.torch.int64))
 
     def slide(self, owner: str, cls: str, n: int) -> list[int]:
         held = self._owner(owner)
@@ -403,13 +446,15 @@ class SGLangSplit:
         vids = self.users.pop(user, None)
         if vids is None:
             raise ReleaseWithoutAcquireError(f"release({user!r}): no such live ledger user")
+        back = []
         for v in vids:
             self.holds[v] -= 1
             if not self.holds[v]:
                 del self.holds[v]
                 if v in self.withheld:
                     del self.withheld[v]
-                    self._give_back(v)
+                    back.append(v)
+        self._give_back(back)
 
     def check_invariants(self) -> None:
         """Every slot is free in SGLang's allocator or held by exactly one page, never both."""
@@ -418,10 +463,10 @@ class SGLangSplit:
             a = self.allocs[c]
             free = (a.free_slots if self.kind[c] is Kind.RECURRENT
                     else self.torch.cat([a.free_pages, a.release_pages])).tolist()
-            held = [int(t) for v, cc in self.cls_of.items() if cc == c for t in self.pages[v].tolist()]
+            held = [self.pages[v] for v, cc in self.cls_of.items() if cc == c]
             every = free + held
             if len(set(every)) != len(every):
                 raise InvariantViolation("INV-VMAP-BIJECTIVE", f"{c}: a slot is both free and held, or held twice")
-            if len(every) != self.slots[c] * self.ps[c]:
+            if len(every) != self.slots[c]:
                 raise InvariantViolation("INV-BYTE-CONSERVATION",
-                                         f"{c}: {len(free)} free + {len(held)} held != {self.slots[c] * self.ps[c]}")
+                                         f"{c}: {len(free)} free + {len(held)} held != {self.slots[c]}")

@@ -148,8 +148,34 @@ def run_configuration(job: _Job, progress: Callable[[str, int, int, int, int], N
                    job.slo), info
 
 
+# Relative CPU cost of one configuration by engine kind (measured: bench/results/simulate-*.md), to start the
+# longest runs first when --jobs spreads them: SGLang's unified allocator is ~5x kvarena's split pools.
+_COST = {"sglang-unified": 6.0, "unified": 1.5, "split": 1.0, "sglang-split": 1.0, "vllm-real": 1.0, "vllm": 0.3}
+
+
+def _one_torch_thread() -> None:
+    """A --jobs worker process: torch's intra-op pool at one thread (N workers each with a pool as wide as the
+    machine oversubscribe its cores; the engines' index ops are far too small to gain from threads)."""
+    import os
+    import sys
+
+    os.environ["OMP_NUM_THREADS"] = "1"  # read by torch when this worker imports it
+    if "torch" in sys.modules:  # inherited from the parent (fork)
+        sys.modules["torch"].set_num_threads(1)
+
+
+def run_local(work: list[_Job], jobs: int) -> list[tuple[Outcome, dict[str, object]]]:
+    """The runs in ``jobs`` local processes, longest first (by engine kind), results in ``work``'s order."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    order = sorted(range(len(work)), key=lambda i: -_COST.get(work[i].c.kind, 1.0))
+    with ProcessPoolExecutor(max_workers=min(jobs, len(work)), initializer=_one_torch_thread) as pool:
+        futures = {i: pool.submit(run_configuration, work[i]) for i in order}
+        return [futures[i].result() for i in range(len(work))]
+
+
 class RayUnavailable(ImportError):
-    """--ray needs ray (tested with 2.60.0): pip install ray."""
+    """--ray needs the ray extra (tested with 2.60.0): pip install 'kvarena[ray]'."""
 
 
 def run_on_ray(work: list[_Job], address: str) -> list[tuple[Outcome, dict[str, object]]]:
@@ -159,7 +185,7 @@ def run_on_ray(work: list[_Job], address: str) -> list[tuple[Outcome, dict[str, 
     try:
         import ray
     except ImportError:
-        raise RayUnavailable("--ray needs ray (tested with 2.60.0): pip install ray") from None
+        raise RayUnavailable("--ray needs the ray extra (tested with 2.60.0): pip install 'kvarena[ray]'") from None
     if not ray.is_initialized():
         ray.init(address=address, include_dashboard=False, log_to_driver=False)
     task = ray.remote(run_configuration)
@@ -184,10 +210,7 @@ def simulate(w: Workload, capacity: int, budget: str, page_size: int = 64, seed:
     if ray_address is not None:
         done = run_on_ray(work, ray_address)
     elif jobs > 1 and len(work) > 1:
-        from concurrent.futures import ProcessPoolExecutor
-
-        with ProcessPoolExecutor(max_workers=min(jobs, len(work))) as pool:
-            done = list(pool.map(run_configuration, work))
+        done = run_local(work, jobs)
     else:
         done = [run_configuration(j, progress) for j in work]
     outcomes = [o for o, _ in done]

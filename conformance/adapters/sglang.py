@@ -561,6 +561,7 @@ class SGLangArena:
         self.bound: dict[int, None] = {}  # logically live vids
         self.users: dict[str, _User] = {}
         self.zombies: dict[int, None] = {}  # freed by their owners, free deferred while a user holds them
+        self._held_memo: tuple[tuple[_User, ...], set[tuple[str, int]]] | None = None  # _held_slots' cache
         self.alloc_order = ([c for c in self.order if self.kind[c] is Kind.RECURRENT]
                             + [c for c in self.order if self.kind[c] is Kind.FULL]
                             + [c for c in self.order if self.kind[c] is Kind.WINDOW])
@@ -573,14 +574,34 @@ class SGLangArena:
         return self.order[vid % self.K], vid // self.K
 
     def _tokens(self, cls: str, vpages: Sequence[int]) -> Any:
+        """The token ids of virtual pages ``vpages``, page by page (one tensor op, not a Python loop)."""
         import torch
 
         ps = self.page_size[cls]
-        return torch.tensor([v * ps + i for v in vpages for i in range(ps)], dtype=torch.int64)
+        v = torch.tensor(list(vpages), dtype=torch.int64)
+        return v if ps == 1 else (v[:, None] * ps + torch.arange(ps, dtype=torch.int64)).reshape(-1)
 
     def _slot(self, vid: int) -> tuple[str, int]:
         cls, vp = self._decode(vid)
         return cls, int(self.allocs[cls].virtual_to_physical[vp]) - self.shift[cls]
+
+    def _slots(self, vids: Sequence[int]) -> list[tuple[str, int]]:
+        """``[self._slot(v) for v in vids]`` with one ``virtual_to_physical`` gather per class."""
+        if len(vids) < 4:
+            return [self._slot(v) for v in vids]
+        import torch
+
+        out: list[tuple[str, int]] = [("", 0)] * len(vids)
+        at: dict[int, list[int]] = {}
+        for i, v in enumerate(vids):
+            at.setdefault(v % self.K, []).append(i)
+        for ci, idx in at.items():
+            cls = self.order[ci]
+            sh = self.shift[cls]
+            vps = torch.tensor([vids[i] // self.K for i in idx], dtype=torch.int64)
+            for i, p in zip(idx, self.allocs[cls].virtual_to_physical[vps].tolist()):
+                out[i] = (cls, p - sh)
+        return out
 
     # -- validation (the reference's order of refusals) -----------------------------------------
     def _check_demand(self, demand: Any) -> dict[str, int]:
@@ -681,7 +702,7 @@ class SGLangArena:
                     if ids is None:
                         raise _Short(c)
                     ps = self.page_size[c]
-                    got[c] = [int(t) // ps for t in ids.tolist()[::ps]]
+                    got[c] = [t // ps for t in ids[::ps].tolist()]
                     del rest[c]
             self._free_moved_zombies()
         except (_Short, WouldBlock) as e:
@@ -843,14 +864,23 @@ class SGLangArena:
         return freed
 
     def _held_slots(self) -> set[tuple[str, int]]:
-        return {(c, s) for u in self.users.values() for _v, c, s in u.holds}
+        """Every (class, slot) a live user holds; recomputed only when the live users change (a user's
+        holds never change: the cache is keyed on the very ``_User`` objects, which it keeps alive)."""
+        key = tuple(self.users.values())
+        memo = self._held_memo
+        if memo is None or len(memo[0]) != len(key) or any(a is not b for a, b in zip(memo[0], key)):
+            memo = self._held_memo = (key, {(c, s) for u in key for _v, c, s in u.holds})
+        return memo[1]
 
     def _free_unheld_zombies(self) -> None:
         """Free in SGLang every logically freed page that no live user holds at its current slot."""
+        if not self.zombies:
+            return
         held = self._held_slots()
         by_cls: dict[str, list[int]] = {}
-        for v in list(self.zombies):
-            if self._slot(v) not in held:
+        zs = list(self.zombies)
+        for v, slot in zip(zs, self._slots(zs) if held else [None] * len(zs)):
+            if slot not in held:
                 del self.zombies[v]
                 c, vp = self._decode(v)
                 by_cls.setdefault(c, []).append(vp)
@@ -872,7 +902,7 @@ class SGLangArena:
         vids = self._check_vids(vids, f"acquire({user!r})")
         if not vids:
             raise InvalidArgumentError(f"acquire({user!r}): no pages")
-        self.users[user] = _User(kind, tuple((v, *self._slot(v)) for v in vids))
+        self.users[user] = _User(kind, tuple((v, *cs) for v, cs in zip(vids, self._slots(vids))))
         self.ledger.live[user] = kind
         self._sync_events()
         STATS["users " + kind.value] += 1

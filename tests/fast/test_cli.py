@@ -106,16 +106,14 @@ def test_missing_extra_is_one_line_naming_it(argv: list[str], block: str, extra:
 
 
 def test_every_extra_named_by_the_cli_exists_in_pyproject() -> None:
-    """A missing-module message must name an extra pip can install (vllm and ray are not extras: their
-    message would send the user to a dead end)."""
+    """A missing-module message must name an extra pip can install (sglang, vllm and ray included: a message
+    naming no extra would send the user to a dead end)."""
     tomllib = pytest.importorskip("tomllib")
     from pathlib import Path
 
     extras = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())["project"][
         "optional-dependencies"]
     for module, extra in EXTRA_OF.items():
-        if extra in ("vllm", "ray"):
-            continue
         assert extra in extras, f"{module} -> '{extra}' is not an extra of pyproject.toml"
 
 
