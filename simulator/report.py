@@ -202,10 +202,11 @@ def assumptions(page_size: int) -> list[str]:
         f"{rules.CHUNKED_PREFILL_SIZE_H200:,} tokens, prefill and decode in separate steps (enable_mixed_chunk off), "
         f"reserve = running requests' remaining output (<= {rules.CLIP_MAX_NEW_TOKENS:,} each) at new_token_ratio "
         f"{init:g} -> {lo:g} (-{decay:.6f} per decode step), 1.0 for ignore_eos, plus the new request's own output "
-        "in full; retract fewest-decoded first until the step fits, keeping one; ratio after a retraction = "
+        "in full; retract fewest-decoded first (ties: the last to join the batch) until the step fits, keeping "
+        "one, the victim re-queued at the back; ratio after a retraction = "
         f"estimate_new_token_ratio_after_retract; window KV freed {rules.SWA_EVICTION_INTERVAL} tokens past the "
-        "window; Qwen3.5 holds 1 + 2 state slots per request (extra_buffer), running capped at "
-        "max_mamba_cache_size // 5",
+        "window; Qwen3.5 holds 1 + 2 state slots per request (extra_buffer) and the radix tree 1 more (its "
+        "prompt's checkpoint), running capped at max_mamba_cache_size // 5",
         f"pages of {page_size} tokens (SGLang picks 1 on Hopper, rules.page_size_on_hopper: one page per "
         "request per class of rounding, not simulated token by token for speed); prefix cache: SGLang's radix "
         "cache modeled for workloads that share prefixes (kvarena/simulator/prefix.py), evictable entries free",
