@@ -56,7 +56,7 @@ def test_list_names_every_preset(capsys: pytest.CaptureFixture[str]) -> None:
 def test_three_class_preset_moves_the_float_band(capsys: pytest.CaptureFixture[str]) -> None:
     """hymba-1.5b (state | window float | full) under memory pressure: the unified arena relayouts (rung 3)."""
     # 1.6 GiB: with the radix tree's state checkpoint (4 slots a request) 1.5 GiB no longer moves the float
-    data = _json(capsys, ["--workload", "hymba-1.5b-6k-2k", "--scale", "0.01", "--capacity-gib", "1.6"])
+    data = _json(capsys, ["--workload", "hymba-1.5b-6k-2k", "--scale", "0.02", "--capacity-gib", "1.6"])
     (w,) = data["workloads"]
     assert w["published"] is None
     uni, split = w["results"]["unified arena"], w["results"]["split pools"]
