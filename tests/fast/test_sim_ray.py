@@ -45,6 +45,6 @@ def test_ray_sweep_gives_the_local_report(local_ray: None, monkeypatch: pytest.M
     local = _report(capsys, ARGV)
     monkeypatch.setattr(ray, "remote", counted)
     on_ray = _report(capsys, [*ARGV, "--ray", "auto"])  # connected already: run_on_ray reuses the local Ray
-    assert on_ray == local
+    assert on_ray == local and list(on_ray["results"]) == list(local["results"])  # in the report's order too
     assert len(tasks) == len(local["results"]) >= 8  # split, unified, vLLM-style + 5 sweep ratios
     assert len({r["retractions"] for r in local["results"].values()}) > 1  # the budget binds differently
