@@ -81,11 +81,11 @@ EDITS: dict[str, tuple[str, str, str]] = {
                               "        else:\n            pass"),
     "leak": ("arena", "        pages = self._apply(plan)\n        for c, vs in pages.items():",
              "        pages = self._apply(plan)\n        for c, vs in ():"),
-    "reuse-withheld": ("arena", "        if band.in_span(slot):\n            band.holes.remove(slot)",
-                       "        if band.in_span(slot):\n            band.holes.discard(slot)\n"
-                       "            band.withheld.discard(slot)"),
-    "keep-hole": ("arena", "        if band.in_span(slot):\n            band.holes.remove(slot)",
-                  "        if band.in_span(slot):\n            pass"),
+    "reuse-withheld": ("arena", "            if band.lo <= slot < band.hi:\n                holes.remove(slot)",
+                       "            if band.lo <= slot < band.hi:\n                holes.discard(slot)\n"
+                       "                band.withheld.discard(slot)"),
+    "keep-hole": ("arena", "            if band.lo <= slot < band.hi:\n                holes.remove(slot)",
+                  "            if band.lo <= slot < band.hi:\n                pass"),
     "absorb-withheld": ("bands", "            k = self.hole_run(self.hi - 1, -1)  # holes lie in the span, "
                                  "so these are the k largest\n",
                         "            while self.hi > self.lo and (self.hi - 1) in self.withheld:\n"

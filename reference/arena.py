@@ -480,20 +480,12 @@ class Arena:
             band.holes.add(slot)
 
     def _bind_new(self, band: Band, slot: int) -> int:
-        if band.in_span(slot):
-            band.holes.remove(slot)
-        else:
-            band.extend_to(slot)
-        vid = heapq.heappop(self._free_vids) if self._free_vids else self._new_vid()
-        band.live[slot] = vid
-        self.v2p[vid] = (band.name, slot)
-        self.gen[vid] = self._next_gen
-        self._next_gen += 1
-        self.content.pop((band.name, slot), None)
-        return vid
+        """One placement: ``_bind_all`` of one slot (the proofs' replay places pages one at a time)."""
+        return self._bind_all(band, (slot,))[0]
 
     def _bind_all(self, band: Band, slots: Sequence[int]) -> list[int]:
-        """``_bind_new`` of each slot in order, as one loop with the lookups hoisted (the small-extend path: a
+        """Bind each slot in order: take it from the holes or grow the band onto it, bind the smallest free id
+        with a new serial, drop stale content. One loop with the lookups hoisted (the small-extend path: a
         decode step binds one or a few pages, and the per-call overhead was most of its cost). Same state."""
         name, live, holes, v2p, gen, content, free = (band.name, band.live, band.holes, self.v2p, self.gen,
                                                       self.content, self._free_vids)
