@@ -19,16 +19,16 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from kvarena.simulator.budget import GiB
 from kvarena.simulator.costmodel import HBM_EFFICIENCY, CostModel
 from kvarena.simulator.report import percentile
 from kvarena.simulator.scheduler import SchedulerModel, run
-from kvarena.simulator.simulation import Configuration, engine_model
+from kvarena.simulator.simulation import Configuration, build_configuration
 from kvarena.simulator.workloads import Workload, workload
 from kvarena.spec.errors import CapacityTooSmallError
-from kvarena.spec.layout import Kind
 from kvarena.spec.models import preset
 
 METRICS = {
@@ -56,52 +56,48 @@ def split_value(w: Workload, gib: float, page_size: int = 64, model: SchedulerMo
     c = Configuration("split pools", "split")
     context = w.max_context()
     base = SchedulerModel(check_every=0, stall_steps=max(50_000, 4 * context)) if model is None else model
-    slots = base.state_slots if any(k.kind is Kind.RECURRENT for k in preset(w.model).classes) else 1
-    alloc = c.build(w.model, int(gib * GiB), page_size, context, slots)  # as simulation.run_configuration
-    m = engine_model(base if slots > 1 else replace(base, state_slots=1), c, alloc.config)
+    alloc, m = build_configuration(c, w.model, int(gib * GiB), page_size, context, base)  # as a simulate column
     r = run(alloc, w.source(), c.label, m, cost=CostModel(preset(w.model), hbm_efficiency))
     return METRICS[w.published.metric](r)
 
 
+def _bisect(above: Callable[[float], bool], lo: float, hi: float, tol: float, digits: int) -> tuple[float, int]:
+    """The least x in [lo, hi] (within ``tol``) with ``above(x)``, for a monotone ``above``; and the runs made."""
+    runs = 0
+    while hi - lo > tol:
+        mid = round((lo + hi) / 2, digits)
+        runs += 1
+        if above(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi, runs
+
+
 def fit(w: Workload, lo: float, hi: float, tol_gib: float = 0.05, page_size: int = 64) -> Fit:
     """Bisect the budget in [lo, hi] GiB until the split value brackets the published split figure."""
-    t0, runs = time.perf_counter(), 0
-    target = w.published.split
+    t0, target = time.perf_counter(), w.published.split
     falling = w.published.metric == "retractions_per_1k"  # more memory, fewer retractions
 
     def above(g: float) -> bool:
-        nonlocal runs
-        runs += 1
         try:
             v = split_value(w, g, page_size)
         except CapacityTooSmallError:
             return False  # too small for one request: the budget must grow
         return v <= target if falling else v >= target
 
-    while hi - lo > tol_gib:
-        mid = round((lo + hi) / 2, 4)
-        if above(mid):
-            hi = mid
-        else:
-            lo = mid
-    value = split_value(w, hi, page_size)
-    return Fit(w.name, w.published.metric, target, hi, value, runs + 1, time.perf_counter() - t0)
+    gib, runs = _bisect(above, lo, hi, tol_gib, 4)
+    value = split_value(w, gib, page_size)
+    return Fit(w.name, w.published.metric, target, gib, value, runs + 1, time.perf_counter() - t0)
 
 
 def fit_hbm_efficiency(w: Workload, lo: float = 0.05, hi: float = 1.0, tol: float = 0.001) -> Fit:
     """Bisect ``HBM_EFFICIENCY`` in [lo, hi] until the split pools' value of ``w``'s published metric (a
     latency: it falls as the bandwidth share rises) brackets the published split figure, at ``w``'s budget."""
-    t0, runs = time.perf_counter(), 0
-    gib, target = w.calibration.gib, w.published.split
-    while hi - lo > tol:
-        mid = round((lo + hi) / 2, 5)
-        runs += 1
-        if split_value(w, gib, hbm_efficiency=mid) <= target:
-            hi = mid
-        else:
-            lo = mid
-    value = split_value(w, gib, hbm_efficiency=hi)
-    return Fit(w.name, w.published.metric, target, hi, value, runs + 1, time.perf_counter() - t0)
+    t0, gib, target = time.perf_counter(), w.calibration.gib, w.published.split
+    share, runs = _bisect(lambda s: split_value(w, gib, hbm_efficiency=s) <= target, lo, hi, tol, 5)
+    value = split_value(w, gib, hbm_efficiency=share)
+    return Fit(w.name, w.published.metric, target, share, value, runs + 1, time.perf_counter() - t0)
 
 
 COST_FIT = "gpt-oss-20b-c1000"  # the preset HBM_EFFICIENCY is fitted on (its split TTFT p50)

@@ -129,19 +129,25 @@ class _Job:
     slo: SLO | None = None
 
 
+def build_configuration(c: Configuration, model: str, capacity: int, page_size: int, context: int,
+                        base: SchedulerModel) -> tuple[object, SchedulerModel]:
+    """A column's allocator, built with the state slots its requests hold, and its scheduler model."""
+    slots = int(ENGINES[c.kind].scheduler_overrides.get("state_slots", base.state_slots))  # type: ignore[call-overload]
+    alloc = c.build(model, capacity, page_size, context, slots)
+    return alloc, engine_model(base, c, alloc.config)
+
+
 def run_configuration(job: _Job, progress: Callable[[str, int, int, int, int], None] | None = None
                       ) -> tuple[Outcome, dict[str, object]]:
     """Run one configuration; returns its outcome and, for the vLLM model, its page geometry."""
     w, c = job.w, job.c
-    slots = int(ENGINES[c.kind].scheduler_overrides.get("state_slots", job.base.state_slots))  # type: ignore[call-overload]
-    alloc = c.build(w.model, job.capacity, job.page_size, job.context, slots)
+    alloc, m = build_configuration(c, w.model, job.capacity, job.page_size, job.context, job.base)
     info: dict[str, object] = {}
     if isinstance(alloc, VllmPool):
         g = alloc.geometry
         info = {"block_tokens": g.block_tokens, "page_bytes": g.page_bytes, "groups": g.groups,
                 "padding_bytes": {n: alloc.padding_bytes(n) for n in alloc.order}}
     series = Series() if job.plots else None
-    m = engine_model(job.base, c, alloc.config)
     r = run(alloc, w.source(job.scale, job.seed), c.label, m, seed=job.seed, cost=CostModel(preset(w.model)),
             progress=progress, sampler=series, sample_every=1 if job.plots else 0)
     return outcome(c, r, series.data if series else {}, ENGINES[c.kind].implementation, m.max_running,
