@@ -39,6 +39,8 @@ from kvarena.spec.errors import (
     UnknownOwnerError,
     UnknownPageError,
     check_ids,
+    check_not_state,
+    check_state_slots,
     is_int,
 )
 from kvarena.spec.layout import Kind, entries_per_page, entry_layout
@@ -131,21 +133,11 @@ class PoolAdapter:
         return check_vids(vids, self.v2p, what)
 
     def _not_state(self, vids: Sequence[int], what: str) -> None:
-        """A recurrent page is one owner's state: never shared (the spec's copy_state gives another owner a copy)."""
-        state = [v for v in vids if self.kind[self.v2p[v][0]] is Kind.RECURRENT]
-        if state:
-            raise InvalidArgumentError(f"{what}: page {state[0]} is recurrent state, which one owner holds alone; "
-                                       "give the other owner its own copy instead of sharing it")
+        check_not_state(vids, lambda v: self.v2p[v][0], lambda c: self.kind[c] is Kind.RECURRENT, what)
 
     def _state_slots(self, owner: str, held: Mapping[str, Mapping[int, None]] | None,
                      demand: Mapping[str, int]) -> None:
-        """An owner holds at most ``config.recurrent_slots`` recurrent pages (its own plus the new ones)."""
-        cap = self.config.recurrent_slots
-        for cls, n in demand.items():
-            have = len(held[cls]) if held is not None else 0
-            if self.kind[cls] is Kind.RECURRENT and have + n > cap:
-                raise InvalidArgumentError(f"owner {owner!r} would hold {have + n} recurrent {cls!r} pages, more "
-                                           f"than recurrent_slots={cap}; raise ArenaConfig.recurrent_slots")
+        check_state_slots(owner, held, demand, lambda c: self.kind[c] is Kind.RECURRENT, self.config.recurrent_slots)
 
     def _owner(self, owner: str) -> dict[str, dict[int, None]]:
         if owner not in self.owners:

@@ -44,6 +44,8 @@ from kvarena.spec.errors import (
     UnknownOwnerError,
     UnknownPageError,
     check_ids,
+    check_not_state,
+    check_state_slots,
     is_int,
 )
 from kvarena.spec.layout import Kind, entries_per_page, entry_layout
@@ -189,24 +191,11 @@ class Arena:
         return self.classes[cls].kind is Kind.RECURRENT
 
     def _check_not_state(self, vids: Sequence[int], what: str) -> None:
-        """A recurrent page is one owner's state: it is never shared (prefix caching copies it)."""
-        state = [v for v in vids if self._is_state(self.v2p[v][0])]
-        if state:
-            raise InvalidArgumentError(f"{what}: page {state[0]} is recurrent state ({self.v2p[state[0]][0]!r}), "
-                                       "which one owner holds alone; give the other owner its own copy with "
-                                       "copy_state(owner, src) instead of sharing it")
+        check_not_state(vids, lambda v: self.v2p[v][0], self._is_state, what)
 
     def _check_state_slots(self, owner: str, held: Mapping[str, Mapping[int, None]] | None,
                            demand: Mapping[str, int]) -> None:
-        """An owner holds at most ``config.recurrent_slots`` recurrent pages (its own plus the new ones)."""
-        cap = self.config.recurrent_slots
-        for cls, n in demand.items():
-            have = len(held[cls]) if held is not None else 0
-            if self._is_state(cls) and have + n > cap:
-                raise InvalidArgumentError(
-                    f"owner {owner!r} would hold {have + n} recurrent {cls!r} pages, more than recurrent_slots="
-                    f"{cap}; a request holds one state (raise ArenaConfig.recurrent_slots, e.g. 3 for SGLang's "
-                    "extra_buffer mode), or drop one first")
+        check_state_slots(owner, held, demand, self._is_state, self.config.recurrent_slots)
 
     def _owner(self, owner: str) -> dict[str, dict[int, None]]:
         try:

@@ -8,7 +8,7 @@ conformance harness can compare rejections by type.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sized
 
 
 class ArenaError(Exception):
@@ -60,6 +60,29 @@ def check_ids(vids: Iterable[object], what: str, is_id: Callable[[object], bool]
         raise InvalidArgumentError(f"{what}: virtual page ids must be ints, got {bad[0]!r} "
                                    f"({type(bad[0]).__name__}); pass the ids admit/extend returned")
     return vids
+
+
+def check_not_state(vids: Iterable[int], class_of: Callable[[int], str], is_state: Callable[[str], bool],
+                    what: str) -> None:
+    """A recurrent page is one owner's state (INV-STATE-PRIVATE): it is never shared; prefix caching copies it.
+    ``class_of``: the class of a page id; ``is_state``: whether a class is recurrent."""
+    state = [v for v in vids if is_state(class_of(v))]
+    if state:
+        raise InvalidArgumentError(f"{what}: page {state[0]} is recurrent state ({class_of(state[0])!r}), "
+                                   "which one owner holds alone; give the other owner its own copy with "
+                                   "copy_state(owner, src) instead of sharing it")
+
+
+def check_state_slots(owner: str, held: Mapping[str, Sized] | None, demand: Mapping[str, int],
+                      is_state: Callable[[str], bool], cap: int) -> None:
+    """An owner holds at most ``cap`` (``ArenaConfig.recurrent_slots``) recurrent pages: its own plus the new."""
+    for cls, n in demand.items():
+        have = len(held[cls]) if held is not None else 0
+        if is_state(cls) and have + n > cap:
+            raise InvalidArgumentError(
+                f"owner {owner!r} would hold {have + n} recurrent {cls!r} pages, more than recurrent_slots="
+                f"{cap}; a request holds one state (raise ArenaConfig.recurrent_slots, e.g. 3 for SGLang's "
+                "extra_buffer mode), or drop one first")
 
 
 class UnknownOwnerError(ArenaError):
