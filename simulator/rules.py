@@ -125,6 +125,29 @@ def mamba_radix_checkpoint_slots(radix_cache: bool = True, skip_decode_lock: boo
     return 1 if radix_cache and not skip_decode_lock else 0
 
 
+def mamba_chunk_checkpoints(extra_buffer: bool = True, dcp: bool = False) -> bool:
+    """Whether *every* prefill chunk donates a state checkpoint, leaving the earlier ones in the tree.
+
+    Each chunk's extend is tracked relative to the request's prefix ("Without DCP, keep tracking snapshots
+    relative to that request prefix so later chunks can continue donating states": srt/managers/
+    schedule_batch.py ``_mamba_radix_cache_v2_req_prepare_for_extend``), and each chunk is checkpointed
+    (``stash_chunked_request`` / ``process_batch_result_prefill`` -> ``checkpoint_kv_cache``). The
+    request's lock then moves to the new node (srt/mem_cache/unified_radix_cache.py
+    ``checkpoint_into_tree``: ``unlock(req.lock)``, ``lock(new_last_node)``); the full-attention lock
+    covers the path, the mamba lock only that node (unified_cache/components/mamba.py
+    ``acquire_component_lock``), so the previous chunk's state stays resident as an *interior* state,
+    unlocked, above locked KV. Only a state allocation reclaims it: ``_alloc_mamba_slot`` ->
+    ``evict_for_alloc(mamba_num=1)`` tombstones interior states; a full-attention shortfall evicts
+    evictable *leaves* only (components/full.py ``_evict_device_next_node``), and the full side's
+    capacity, ``available_size() + full_evictable_size()`` (srt/mem_cache/prefill_budget.py
+    ``PrefillBudget._available_and_evictable``), does not count it. In the split pools it costs a state
+    slot; in the unified pool (``UnifiedMambaTokenToKVPoolAllocator.available_size`` is the full side's
+    gap) bytes the full-attention KV cannot get back. The default path cap keeps every state
+    (``mamba_max_states_per_path`` = -1, srt/arg_groups/fields/exec_.py). With DCP (or no extra_buffer)
+    the donation lands on an absolute grid instead: not modeled, False."""
+    return extra_buffer and not dcp
+
+
 def radix_checkpoint_taken(extend_tokens: int, grid: int = MAMBA_CHECKPOINT_GRID) -> bool:
     """Whether a prefill chunk of ``extend_tokens`` leaves a state checkpoint to donate: srt/managers/
     schedule_batch.py ``_mamba_radix_cache_v2_req_prepare_for_extend``: ``mask = req.extend_len >= grid``."""

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from kvarena.reference.invariants import check_all
 from kvarena.simulator import prefix, rules
 from kvarena.simulator.arrivals import Arrival
+from kvarena.simulator.checkpoints import StateCheckpoints
 from kvarena.simulator.costmodel import StepWork
 from kvarena.simulator.pager import Pager
 from kvarena.simulator.prefix import PrefixCache
@@ -63,6 +64,7 @@ class SchedulerModel:
     state_slots: int = 1 + rules.mamba_tracking_slots()  # recurrent slots a running request holds
     admission_state_slots: int = rules.ADMISSION_STATE_SLOTS  # of those, what admission must find free
     radix_state_slots: int = rules.mamba_radix_checkpoint_slots()  # + its prompt's checkpoint, held by the tree
+    chunk_checkpoints: bool = rules.mamba_chunk_checkpoints()  # each later prefill chunk's too (checkpoints.py)
     max_running: int | None = None  # running-request cap (rules.max_running_requests / mamba_max_running)
     prefix_cache: bool = True  # SGLang's radix cache (on unless --disable-radix-cache): prefix.py
     forward_requests: int = 4  # requests whose pages a forward pass holds in the ledger
@@ -209,8 +211,8 @@ class Scheduler:
         # the radix tree's locked state checkpoint of each running request (rules.mamba_radix_checkpoint_slots):
         # an owner of its own, as the tree holds it, freed (evictable) when the request stops running
         self.ckpt_on = model.prefix_cache and model.radix_state_slots > 0 and bool(self.pg.state)
-        self.ckpt: set[int] = set()
-        self.n_ckpt = 0  # checkpoint owners admitted (not requests)
+        self.ckpt = StateCheckpoints(alloc, self.pg.state[0] if self.pg.state else "", self.pg.fits,
+                                     self._admit_checkpoint)
         self.cache: PrefixCache | None = None
         if model.prefix_cache and getattr(source, "shares_prefixes", False):
             if prefix.supported(alloc):
@@ -296,20 +298,27 @@ class Scheduler:
             self.cache.unlock(r.entry)
             r.entry = None
 
+    def _admit_checkpoint(self, owner: str, slots: int) -> bool:
+        return self.with_wait(lambda: (self.alloc.admit(owner, {self.pg.state[0]: slots}), 1)[1]) is not None
+
     def checkpoint(self, r: _Req) -> None:
-        """The tree takes ``r``'s state checkpoint after a prefill chunk (rules.mamba_radix_checkpoint_slots)."""
-        owner, demand = f"ckpt:r{r.rid}", {self.pg.state[0]: self.m.radix_state_slots}
-        if self.with_wait(lambda: (self.alloc.admit(owner, demand), 1)[1]) is None:
-            self.res.checkpoints_refused += 1
-            return
-        self.ckpt.add(r.rid)
-        self.n_ckpt += 1
+        """The tree takes ``r``'s state checkpoint after a prefill chunk (rules.mamba_radix_checkpoint_slots,
+        rules.mamba_chunk_checkpoints: the earlier ones stay, interior)."""
+        before, frees = self.ckpt.refused, self.ckpt.frees
+        self.ckpt.take(r.rid, self.m.radix_state_slots)
+        self.res.checkpoints_refused += self.ckpt.refused - before
+        self.res.operations += self.ckpt.frees - frees
+
+    def state_room(self, slots: int) -> None:
+        """A state allocation of ``slots`` is due: interior checkpoints go while it does not fit (checkpoints.py)."""
+        frees = self.ckpt.frees
+        self.ckpt.make_room(slots)
+        self.res.operations += self.ckpt.frees - frees
 
     def drop_checkpoint(self, r: _Req) -> None:
-        if r.rid in self.ckpt:  # unlocked: evictable, which SGLang counts as free
-            self.ckpt.discard(r.rid)
-            self.alloc.free(f"ckpt:r{r.rid}")
-            self.res.operations += 1
+        before = self.ckpt.frees
+        self.ckpt.drop(r.rid)  # unlocked: evictable, which SGLang counts as free
+        self.res.operations += self.ckpt.frees - before
 
     def retract(self, r: _Req) -> None:
         gen = max(0, self.t - r.dec_start - 1) if r.rid in self.decoding else 0  # this step's token is lost with it
@@ -434,6 +443,7 @@ class Scheduler:
             target = r.done + c
             if first:
                 e = r.entry
+                self.state_room(self.pg.state_slots)  # its state slots may evict interior checkpoints
                 ops = self.with_wait(lambda t=target, e=e: pg.admit(
                     r.rid, t, m.transient_window, (r.input, r.cap), e.full if e else (),
                     e.state if e else None) or 1)
@@ -452,7 +462,7 @@ class Scheduler:
         sp[3] += r.done
         self.res.prefill_tokens += c
         r.done = target
-        if self.ckpt_on and r.rid not in self.ckpt and rules.radix_checkpoint_taken(c):
+        if self.ckpt_on and (m.chunk_checkpoints or r.rid not in self.ckpt) and rules.radix_checkpoint_taken(c):
             self.checkpoint(r)
         if m.transient_window and pg.keep:
             self.trims.append(r)
@@ -492,6 +502,8 @@ class Scheduler:
                 self.cache.lock(e)  # not evicted to make room for its own hit
                 r.entry, r.done = e, e.tokens
             demand, reserve = self.admission_demand(r, budget), self.reserve_tokens(r)
+            for c in self.pg.state:
+                self.state_room(demand[c])
             if self.active and not self.pg.fits(demand, reserve) and not (
                     self.cache is not None and self.cache.evict_until(lambda d=demand, x=reserve: self.pg.fits(d, x))):
                 self.unlock(r)
@@ -663,7 +675,7 @@ class Scheduler:
             self.cache.drop_all()
         self.do_check()  # the end state, ledger empty
         s = self.alloc.stats
-        res.admitted, res.steps, res.clock = s.admitted - self.n_ckpt, self.step, self.clock
+        res.admitted, res.steps, res.clock = s.admitted - self.ckpt.admitted, self.step, self.clock
         res.moves, res.bytes_moved = {k: s.moves[k] for k in (2, 3)}, {k: s.bytes_moved[k] for k in (2, 3)}
         res.rung_used = dict(s.rung_used)
         res.mean_active = self.busy_clock / self.clock if self.clock else 0.0
