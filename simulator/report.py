@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from kvarena.simulator import rules
-from kvarena.simulator.scheduler import RunResult
+from kvarena.simulator.result import RunResult
 from kvarena.simulator.workloads import Workload
 from kvarena.text import gib, table
 

@@ -2,11 +2,13 @@
 
 Read from the installed wheel (``pip install sglang==0.5.23``); paths are relative to its ``sglang/``
 package. The scheduler model (``scheduler.py``) calls these; each is also a documented option of
-:class:`~kvarena.simulator.scheduler.SchedulerModel` whose default is SGLang's value, so a rule can be
+:class:`SchedulerModel` (at the end) whose default is SGLang's value, so a rule can be
 switched off to see what it is worth. Nothing here imports sglang: the values are copied and cited.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 # ---- constants (srt/environ.py unless said otherwise) -----------------------------------------------
 INIT_NEW_TOKEN_RATIO = 0.7  # SGLANG_INIT_NEW_TOKEN_RATIO
@@ -238,3 +240,52 @@ def state_pool_fraction(mamba_full_memory_ratio: float) -> float:
 def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
+
+# ---- the rules as options of the scheduler model ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SchedulerModel:
+    """The rules of the scheduler model. Defaults are SGLang 0.5.23's (``py`` cites each);
+    :data:`SIMPLE` is ``kvarena replay``'s deliberately simple model."""
+
+    prefill_chunk: int | None = CHUNKED_PREFILL_SIZE_H200  # prompt tokens per step; None: whole prompts
+    mixed_chunk: bool = ENABLE_MIXED_CHUNK  # decode in prefill steps too (SGLang: off)
+    transient_window: bool = True  # a prefill chunk holds window pages for all its tokens during its forward
+    swa_eviction_interval: int | None = SWA_EVICTION_INTERVAL  # None: free window pages at once
+    swa_admission: bool = True  # window headroom per new request: swa_admission_tokens (else its pages)
+    evict_before_alloc: bool = True  # a decode step frees out-of-window pages before it allocates
+    new_token_ratio: tuple[float, float, float] = new_token_ratio_schedule()  # initial, floor, decay
+    ratio_after_retract: str = "estimate"  # "estimate": ratio_after_retract; "reset": back to initial
+    decay_on_decode_only: bool = True  # decay on decode steps without retraction only (else every step)
+    reset_ratio_when_idle: bool = True  # back to the initial ratio when nothing runs or waits
+    ignore_eos_at_one: bool = True  # ignore_eos requests reserved at ratio 1.0 (running_reserve_ratio)
+    new_request_in_full: bool = True  # the new request's own output (+ a page) reserved in full
+    batch_is_full: bool = BATCH_IS_FULL  # refused for memory: no admission till the batch shrinks
+    retraction: str = "fewest_decoded"  # victim order: "fewest_decoded" (retraction_victim) or "newest"
+    requeue_retracted: str = RETRACTED_REQUEUE  # "back" of the waiting queue (SGLang) or "front"
+    check_decode_mem: bool = True  # retract before the step until its page needs fit, keeping one
+    clip_new_tokens: int | None = CLIP_MAX_NEW_TOKENS  # cap on one request's reserved output
+    state_slots: int = 1 + mamba_tracking_slots()  # recurrent slots a running request holds
+    admission_state_slots: int = ADMISSION_STATE_SLOTS  # of those, what admission must find free
+    radix_state_slots: int = mamba_radix_checkpoint_slots()  # + its prompt's checkpoint, held by the tree
+    chunk_checkpoints: bool = mamba_chunk_checkpoints()  # each later prefill chunk's too (checkpoints.py)
+    max_running: int | None = None  # running-request cap (max_running_requests / mamba_max_running)
+    prefix_cache: bool = True  # SGLang's radix cache (on unless --disable-radix-cache): prefix.py
+    forward_requests: int = 4  # requests whose pages a forward pass holds in the ledger
+    check_every: int = 200  # steps between full invariant checks (O(arena) each); 0: at the end only
+    # the idle-time flush (Arena.flush_idle, SGLang's flush_opportunistic from Scheduler.on_idle,
+    # srt/managers/scheduler.py:5277): bytes it may move per step, when at most idle_flush_running requests run
+    idle_flush_bytes: int | None = 1 << 30  # None: never
+    idle_flush_running: int = 0  # 0: only when fully idle, as SGLang's on_idle
+    stall_steps: int = 50_000  # steps without a completion that mean the model livelocked
+
+
+# kvarena replay: whole prompts, decode and prefill in one step, retract the newest, ratio 0.7 -> 0.1
+# decaying every step and reset by a retraction, eager window freeing, one state slot, no cap.
+SIMPLE = SchedulerModel(prefill_chunk=None, mixed_chunk=True, transient_window=False, swa_eviction_interval=None,
+                        new_token_ratio=(0.7, 0.1, 0.001), ratio_after_retract="reset", decay_on_decode_only=False,
+                        reset_ratio_when_idle=False, ignore_eos_at_one=False, new_request_in_full=False,
+                        retraction="newest", check_decode_mem=False, clip_new_tokens=None, state_slots=1,
+                        swa_admission=False, evict_before_alloc=False, idle_flush_bytes=None,
+                        requeue_retracted="front", radix_state_slots=0, batch_is_full=False)

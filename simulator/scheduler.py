@@ -26,7 +26,6 @@ import random
 import time
 from collections import defaultdict, deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from kvarena.reference.invariants import check_all
 from kvarena.simulator import prefix, rules
@@ -35,55 +34,15 @@ from kvarena.simulator.checkpoints import StateCheckpoints
 from kvarena.simulator.costmodel import StepWork
 from kvarena.simulator.pager import Pager
 from kvarena.simulator.prefix import PrefixCache
+from kvarena.simulator.result import RunResult
+
+# the scheduler's options live with the rules they switch; re-exported for the callers of run()
+from kvarena.simulator.rules import SIMPLE as SIMPLE
+from kvarena.simulator.rules import SchedulerModel as SchedulerModel
 from kvarena.spec.errors import AdmissionRejectedError, InvariantViolation
 from kvarena.spec.types import UserKind
 
-
-@dataclass(frozen=True)
-class SchedulerModel:
-    """The rules of the scheduler model. Defaults are SGLang 0.5.23's (``rules.py`` cites each);
-    :data:`SIMPLE` is ``kvarena replay``'s deliberately simple model."""
-
-    prefill_chunk: int | None = rules.CHUNKED_PREFILL_SIZE_H200  # prompt tokens per step; None: whole prompts
-    mixed_chunk: bool = rules.ENABLE_MIXED_CHUNK  # decode in prefill steps too (SGLang: off)
-    transient_window: bool = True  # a prefill chunk holds window pages for all its tokens during its forward
-    swa_eviction_interval: int | None = rules.SWA_EVICTION_INTERVAL  # None: free window pages at once
-    swa_admission: bool = True  # window headroom per new request: rules.swa_admission_tokens (else its pages)
-    evict_before_alloc: bool = True  # a decode step frees out-of-window pages before it allocates
-    new_token_ratio: tuple[float, float, float] = rules.new_token_ratio_schedule()  # initial, floor, decay
-    ratio_after_retract: str = "estimate"  # "estimate": rules.ratio_after_retract; "reset": back to initial
-    decay_on_decode_only: bool = True  # decay on decode steps without retraction only (else every step)
-    reset_ratio_when_idle: bool = True  # back to the initial ratio when nothing runs or waits
-    ignore_eos_at_one: bool = True  # ignore_eos requests reserved at ratio 1.0 (rules.running_reserve_ratio)
-    new_request_in_full: bool = True  # the new request's own output (+ a page) reserved in full
-    batch_is_full: bool = rules.BATCH_IS_FULL  # refused for memory: no admission till the batch shrinks
-    retraction: str = "fewest_decoded"  # victim order: "fewest_decoded" (rules.retraction_victim) or "newest"
-    requeue_retracted: str = rules.RETRACTED_REQUEUE  # "back" of the waiting queue (SGLang) or "front"
-    check_decode_mem: bool = True  # retract before the step until its page needs fit, keeping one
-    clip_new_tokens: int | None = rules.CLIP_MAX_NEW_TOKENS  # cap on one request's reserved output
-    state_slots: int = 1 + rules.mamba_tracking_slots()  # recurrent slots a running request holds
-    admission_state_slots: int = rules.ADMISSION_STATE_SLOTS  # of those, what admission must find free
-    radix_state_slots: int = rules.mamba_radix_checkpoint_slots()  # + its prompt's checkpoint, held by the tree
-    chunk_checkpoints: bool = rules.mamba_chunk_checkpoints()  # each later prefill chunk's too (checkpoints.py)
-    max_running: int | None = None  # running-request cap (rules.max_running_requests / mamba_max_running)
-    prefix_cache: bool = True  # SGLang's radix cache (on unless --disable-radix-cache): prefix.py
-    forward_requests: int = 4  # requests whose pages a forward pass holds in the ledger
-    check_every: int = 200  # steps between full invariant checks (O(arena) each); 0: at the end only
-    # the idle-time flush (Arena.flush_idle, SGLang's flush_opportunistic from Scheduler.on_idle,
-    # srt/managers/scheduler.py:5277): bytes it may move per step, when at most idle_flush_running requests run
-    idle_flush_bytes: int | None = 1 << 30  # None: never
-    idle_flush_running: int = 0  # 0: only when fully idle, as SGLang's on_idle
-    stall_steps: int = 50_000  # steps without a completion that mean the model livelocked
-
-
-# kvarena replay: whole prompts, decode and prefill in one step, retract the newest, ratio 0.7 -> 0.1
-# decaying every step and reset by a retraction, eager window freeing, one state slot, no cap.
-SIMPLE = SchedulerModel(prefill_chunk=None, mixed_chunk=True, transient_window=False, swa_eviction_interval=None,
-                        new_token_ratio=(0.7, 0.1, 0.001), ratio_after_retract="reset", decay_on_decode_only=False,
-                        reset_ratio_when_idle=False, ignore_eos_at_one=False, new_request_in_full=False,
-                        retraction="newest", check_decode_mem=False, clip_new_tokens=None, state_slots=1,
-                        swa_admission=False, evict_before_alloc=False, idle_flush_bytes=None,
-                        requeue_retracted="front", radix_state_slots=0, batch_is_full=False)
+SGLANG = SchedulerModel()  # SGLang 0.5.23's rules, every default
 
 
 class SchedulerInvariantError(Exception):
@@ -99,42 +58,6 @@ def default_check(alloc) -> None:
         own()
     else:
         check_all(alloc)
-
-
-@dataclass
-class RunResult:
-    """What one run measured. Clock units are steps without a cost model, modeled seconds with one."""
-
-    label: str
-    requests: int = 0
-    admitted: int = 0
-    completed: int = 0
-    max_active: int = 0
-    mean_active: float = 0.0  # clock-weighted
-    rejected_headroom: int = 0
-    rejected_ladder: int = 0
-    retractions: int = 0
-    forward_waits: int = 0
-    checkpoints_refused: int = 0  # radix state checkpoints that found no free slot (SGLang would assert)
-    mean_wait_steps: float = 0.0  # from arrival to first admission, in steps
-    steps: int = 0
-    decode_steps: int = 0
-    clock: float = 0.0  # the clock when the last request completed
-    output_tokens: int = 0  # of completed requests, each counted once
-    prefill_tokens: int = 0  # prompt tokens processed, redone prefills after retraction included
-    ttft: list[float] = field(default_factory=list)  # arrival to the end of the first prefill, on the clock
-    tpot: list[float] = field(default_factory=list)  # (e2e - ttft) / (output - 1), requests with output > 1
-    e2e: list[float] = field(default_factory=list)  # arrival to the last token
-    finished: list[tuple[float, float]] = field(default_factory=list)  # (ttft, tpot) per completed request
-    moves: dict[int, int] = field(default_factory=dict)
-    bytes_moved: dict[int, int] = field(default_factory=dict)
-    rung_used: dict[int, int] = field(default_factory=dict)
-    peak_utilization: float = 0.0
-    prefix_cache: str = ""  # "on", "off: <why>", or "" when the workload shares no prefix
-    prefix: dict[str, int] = field(default_factory=dict)  # lookups, hits, tokens_hit, tokens_asked, evicted
-    invariant_checks: int = 0
-    operations: int = 0
-    wall_s: float = 0.0
 
 
 class _Req:
@@ -684,7 +607,7 @@ class Scheduler:
         return res
 
 
-def run(alloc, source, label: str, model: SchedulerModel = SchedulerModel(), seed: int = 0,
+def run(alloc, source, label: str, model: SchedulerModel = SGLANG, seed: int = 0,
         cost: Callable[[StepWork], float] | None = None, progress: Progress | None = None,
         check: Callable[[object], None] | None = None, sampler: Sampler | None = None,
         sample_every: int = 0) -> RunResult:
