@@ -15,7 +15,7 @@ request be retracted), so the count is the moves that rule cannot avoid on this 
   test's small run 68 and 65), printed next
   to it: the check that the replay is the run.
 - ``oracle``: the highest free slot below the page's own lifetime bound, which needs the future: a placement
-  no online rule can make, and the proof that the trace itself does not force the moves.
+  no online rule can make, and the evidence that the trace itself does not force the moves (on the relaxed line).
 - ``predict-K-c``: an online rule given each page's exact death op (an engine knows when a window page slides
   out) but not the full band's future: it extrapolates the full band's growth over the last K ops, c times over.
 
