@@ -5,10 +5,8 @@ in bytes, split pools with a state slot to spare do not) and against planted bug
 
 from __future__ import annotations
 
-import importlib.machinery
 import re
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
@@ -20,15 +18,9 @@ from kvarena.simulator.checkpoints import StateCheckpoints
 from kvarena.simulator.pager import Pager
 from kvarena.simulator.scheduler import SIMPLE, Scheduler, SchedulerModel, run
 from kvarena.spec.models import ArenaConfig, preset
+from tests.wheels import sglang_source
 
 GiB = 1 << 30
-
-
-def _sglang_src(rel: str) -> str:
-    spec = importlib.machinery.PathFinder.find_spec("sglang")
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip("sglang 0.5.23 is not installed (make test installs it --no-deps)")
-    return (Path(next(iter(spec.submodule_search_locations))) / rel).read_text(encoding="utf-8")
 
 
 def _body(src: str, name: str) -> str:
@@ -62,15 +54,15 @@ def _body(src: str, name: str) -> str:
      "integer.\",\n    ] = -1"),
 ])
 def test_rule_text_is_in_the_installed_sglang(rel: str, text: str) -> None:
-    assert text in _sglang_src(rel)
+    assert text in sglang_source(rel)
 
 
 def test_the_state_lock_is_the_node_the_kv_lock_the_path() -> None:
     """The mamba component locks only the node it is given; the full component walks the path to the root; a
     full-attention eviction takes evictable leaves only. So an earlier chunk's state stays, unlocked, under KV
     the request locks, and only a state eviction (which tombstones interior states) reclaims it."""
-    mamba = _sglang_src("srt/mem_cache/unified_cache/components/mamba.py")
-    full = _sglang_src("srt/mem_cache/unified_cache/components/full.py")
+    mamba = sglang_source("srt/mem_cache/unified_cache/components/mamba.py")
+    full = sglang_source("srt/mem_cache/unified_cache/components/full.py")
     lock_m, lock_f = _body(mamba, "acquire_component_lock"), _body(full, "acquire_component_lock")
     assert ".parent" not in lock_m and "cd.lock_ref += 1" in lock_m
     assert ".parent" in lock_f and "root = self.tree_core.root_node" in lock_f

@@ -6,9 +6,7 @@ replaced by the old behaviour)."""
 
 from __future__ import annotations
 
-import importlib.machinery
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
@@ -19,17 +17,11 @@ from kvarena.simulator.arrivals import Arrival, TraceSource
 from kvarena.simulator.costmodel import CostModel
 from kvarena.simulator.scheduler import SIMPLE, Scheduler, SchedulerModel, run
 from kvarena.spec.models import ArenaConfig, preset
+from tests.wheels import sglang_source
 
 GiB = 1 << 30
 GPT = ArenaConfig(preset("gpt-oss-20b"), 1 * GiB, max_context_len=4096)
 QWEN = ArenaConfig(preset("qwen3.5-4b"), 6 * GiB, max_context_len=8192, recurrent_slots=3)
-
-
-def _sglang_src(rel: str) -> str:
-    spec = importlib.machinery.PathFinder.find_spec("sglang")
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip("sglang 0.5.23 is not installed (make test installs it --no-deps)")
-    return (Path(next(iter(spec.submodule_search_locations))) / rel).read_text(encoding="utf-8")
 
 
 @pytest.mark.parametrize(("rel", "text"), [
@@ -62,7 +54,7 @@ def _sglang_src(rel: str) -> str:
     ("srt/managers/schedule_batch.py", "release_kv_cache(req, tree_cache, checkpoint=False)"),
 ])
 def test_rule_text_is_in_the_installed_sglang(rel: str, text: str) -> None:
-    assert text in _sglang_src(rel)
+    assert text in sglang_source(rel)
 
 
 def test_rule_values() -> None:

@@ -3,10 +3,8 @@ source, and each rule's effect on the scheduler model (switching it off changes 
 
 from __future__ import annotations
 
-import importlib.machinery
 import re
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
@@ -19,17 +17,9 @@ from kvarena.simulator.pager import Pager
 from kvarena.simulator.scheduler import SIMPLE, SchedulerModel, run
 from kvarena.simulator.simulation import running_cap
 from kvarena.spec.models import ArenaConfig, preset
+from tests.wheels import sglang_source
 
 GiB = 1 << 30
-
-
-def _sglang_src(rel: str) -> str:
-    # the installed wheel on the path, not sys.modules["sglang"] (the SGLang adapter's tests may have put a
-    # stand-in there in the same worker)
-    spec = importlib.machinery.PathFinder.find_spec("sglang")
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip("sglang 0.5.23 is not installed (make test installs it --no-deps)")
-    return (Path(next(iter(spec.submodule_search_locations))) / rel).read_text(encoding="utf-8")
 
 
 @pytest.mark.parametrize(("rel", "pattern", "value"), [
@@ -45,7 +35,7 @@ def _sglang_src(rel: str) -> str:
      rules.CHUNKED_PREFILL_SIZE_H200),
 ])
 def test_constants_match_the_installed_sglang(rel: str, pattern: str, value: float) -> None:
-    m = re.search(pattern, _sglang_src(rel))
+    m = re.search(pattern, sglang_source(rel))
     assert m, f"{pattern} not found in {rel}"
     assert float(m.group(1)) == value
 
@@ -70,7 +60,7 @@ def test_constants_match_the_installed_sglang(rel: str, pattern: str, value: flo
     ("srt/mem_cache/allocation.py", '"""\n\n    batch.maybe_evict_swa()\n\n    seq_lens_gpu = batch.seq_lens'),
 ])
 def test_rule_text_is_in_the_installed_sglang(rel: str, text: str) -> None:
-    assert text in _sglang_src(rel)
+    assert text in sglang_source(rel)
 
 
 def test_rule_values() -> None:
