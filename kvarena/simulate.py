@@ -88,7 +88,8 @@ of 8,192 tokens in steps of their own (enable_mixed_chunk off); admission while 
 prompt, the new request's own output in full, and the running requests' remaining output at
 new_token_ratio (0.7 -> 0.098) or 1.0 for ignore_eos requests; before a decode step, retract the request
 with the fewest decoded tokens until the step fits, keeping one; out-of-window KV freed 128 tokens past
-the window; Qwen3.5 requests hold 1 + 2 state slots, running capped at max_mamba_cache_size // 5.
+the window; Qwen3.5 requests hold 1 + 2 state slots and the radix tree 1 per prefill chunk (the
+earlier ones unlocked, reclaimed only by state allocations), running capped at max_mamba_cache_size // 5.
 --rule NAME=VALUE changes one (e.g. --rule mixed_chunk=true, --rule retraction=newest).
 
 Workloads: the published single-H200 presets (--list), or --trace FILE: CSV with a header

@@ -205,8 +205,9 @@ def assumptions(page_size: int) -> list[str]:
         "in full; retract fewest-decoded first (ties: the last to join the batch) until the step fits, keeping "
         "one, the victim re-queued at the back; ratio after a retraction = "
         f"estimate_new_token_ratio_after_retract; window KV freed {rules.SWA_EVICTION_INTERVAL} tokens past the "
-        "window; Qwen3.5 holds 1 + 2 state slots per request (extra_buffer) and the radix tree 1 more (its "
-        "prompt's checkpoint), running capped at max_mamba_cache_size // 5",
+        "window; Qwen3.5 holds 1 + 2 state slots per request (extra_buffer) and the radix tree 1 more per "
+        "prefill chunk (the newest locked; the earlier ones unlocked, reclaimed only by state allocations), "
+        "running capped at max_mamba_cache_size // 5",
         f"pages of {page_size} tokens (SGLang picks 1 on Hopper, rules.page_size_on_hopper: one page per "
         "request per class of rounding, not simulated token by token for speed); prefix cache: SGLang's radix "
         "cache modeled for workloads that share prefixes (kvarena/simulator/prefix.py), evictable entries free",
