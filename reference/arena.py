@@ -128,6 +128,7 @@ class Arena:
         # data: content tags per physical page, {(entry, row): tag}
         self.content: dict[PhysPage, dict[tuple[int, int], int]] = {}
         self.stats = Stats()
+        self._limits: dict[str, int] = {}  # placement limits of the planning call in progress (rung 1)
         self._check_floor()
 
     # =========================================================================================
@@ -207,8 +208,10 @@ class Arena:
     # =========================================================================================
     # Admission: admit / extend
 
-    def admit(self, owner: str, demand: Mapping[str, int], shared: Sequence[int] = ()) -> Admission:
-        """Register ``owner`` with new pages per ``demand`` plus existing ``shared`` pages (prefix hit)."""
+    def admit(self, owner: str, demand: Mapping[str, int], shared: Sequence[int] = (),
+              below: Mapping[str, int] | None = None) -> Admission:
+        """Register ``owner`` with new pages per ``demand`` plus existing ``shared`` pages (prefix hit); ``below``:
+        the engine's placement limit per end-band class, in bytes (§Placement limit)."""
         if owner in self.owners:
             raise DuplicateOwnerError(f"owner {owner!r} is already admitted; use extend() to grow it, or "
                                       "free() it first")
@@ -216,7 +219,7 @@ class Arena:
         shared = self._check_vids(shared, f"admit({owner!r}) shared")
         self._check_not_state(shared, f"admit({owner!r}, shared=)")
         self._check_state_slots(owner, None, d)
-        plan = self._plan_admission(d)
+        plan = self._plan_admission(d, self._check_below(below))
         pages = self._apply(plan)
         held: dict[str, dict[int, None]] = {c: {} for c in self.order}
         for v in shared:
@@ -229,29 +232,54 @@ class Arena:
         self.stats.admitted += 1
         return Admission({c: tuple(vs) for c, vs in pages.items()}, plan)
 
-    def extend(self, owner: str, demand: Mapping[str, int]) -> Admission:
-        """More pages for an existing owner (decode growth)."""
+    def extend(self, owner: str, demand: Mapping[str, int], below: Mapping[str, int] | None = None) -> Admission:
+        """More pages for an existing owner (decode growth); ``below`` as in ``admit``."""
         held = self._owner(owner)
         d = self._check_demand(demand)
         self._check_state_slots(owner, held, d)
-        plan = self._plan_admission(d)
+        plan = self._plan_admission(d, self._check_below(below))
         pages = self._apply(plan)
         for c, vs in pages.items():
             held[c].update(dict.fromkeys(vs))
             self.refs.update(vs)
         return Admission({c: tuple(vs) for c, vs in pages.items()}, plan)
 
-    def plan_admission(self, demand: Mapping[str, int]) -> Plan:
+    def plan_admission(self, demand: Mapping[str, int], below: Mapping[str, int] | None = None) -> Plan:
         """What admitting ``demand`` would do, without doing it (read-only)."""
-        return self._plan_admission(self._check_demand(demand))
+        d = self._check_demand(demand)
+        return self._plan_admission(d, self._check_below(below))
 
-    def _plan_admission(self, demand: dict[str, int]) -> Plan:
-        """The policy's plan for a validated demand, checked against the spec's rules before use."""
+    def _plan_admission(self, demand: dict[str, int], limits: dict[str, int] | None = None) -> Plan:
+        """The policy's plan for a validated demand, checked against the spec's rules before use. The placement
+        limits hold for this one planning call: ``ladder`` reads them for rung 1."""
         if not demand:
             return Plan(Rung.NONE)
-        plan = self.policy.plan(self, demand)
+        self._limits = limits or {}
+        try:
+            plan = self.policy.plan(self, demand)
+        finally:
+            self._limits = {}
         validate_plan(self, plan, demand)
         return plan
+
+    def _check_below(self, below: Mapping[str, int] | None) -> dict[str, int]:
+        """``below`` as limit slots per class (§Placement limit), or a typed error before anything changes."""
+        if below is None:
+            return {}
+        if not isinstance(below, Mapping):
+            raise InvalidArgumentError(f"below must be a mapping class -> byte offset, got {type(below).__name__}")
+        ends = [self.order[0], self.order[-1]]
+        out: dict[str, int] = {}
+        for cls, b in below.items():
+            if cls not in self.bands or self.bands[cls].role is Role.FLOAT:
+                raise InvalidArgumentError(f"below names class {cls!r}; a placement limit is for an end band, "
+                                           f"use one of {ends}")
+            if not isinstance(b, int) or isinstance(b, bool) or not 0 <= b <= self.capacity:
+                raise InvalidArgumentError(f"below[{cls!r}] must be an int byte offset in [0, {self.capacity}], "
+                                           f"got {b!r}")
+            p = self.bands[cls].page_bytes
+            out[cls] = b // p if self.bands[cls].role is Role.LOW else -(-b // p)
+        return out
 
     def ladder(self, demand: dict[str, int], *, max_rung: Rung = Rung.RELAYOUT,
                relayout_budget: int | None = None, full: bool = False) -> Plan:
@@ -260,10 +288,12 @@ class Arena:
         ``max_rung`` and ``relayout_budget`` (bytes a relayout may move) let policies cut the ladder short;
         ``full`` packs the end bands whole and relayouts by the nearest span (the ``full-compaction`` policy).
         """
-        views = [BandView.of(b) for b in self._chain()]
+        limits = {} if full else self._limits  # the full flush is SGLang's, which takes no placement limit
+        views = [BandView.of(b, limits.get(b.name)) for b in self._chain()]
         fit = place(views, demand, self.hints)
         if fit.ok:
             return self._plan(Rung.REUSE, [], fit)
+        views = [BandView.of(b) for b in self._chain()]  # the limit is rung 1's alone
         if full:
             return self._full_ladder(views, demand, max_rung, relayout_budget)
 

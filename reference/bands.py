@@ -64,6 +64,20 @@ class Band:
             return list(self.holes.islice(max(0, len(self.holes) - k), reverse=True))
         return list(self.holes.islice(0, k))
 
+    def holes_toward(self, limit: int, k: int) -> list[int]:
+        """The ``k`` holes rung 1 takes under a placement limit (spec/arena.md §Placement limit): the holes on
+        the anchor side of slot ``limit`` nearest it first, then the others nearest it. The low band's anchor
+        side is ``< limit``, the high band's ``>= limit``. O(k + log n)."""
+        if k <= 0:
+            return []
+        h = self.holes
+        j = h.bisect_left(limit)
+        if self.role is Role.HIGH:
+            out = list(h.islice(j, j + k))  # >= limit, ascending: nearest the limit first
+            return out + list(h.islice(max(0, j - (k - len(out))), j, reverse=True))
+        out = list(h.islice(max(0, j - k), j, reverse=True))  # < limit, descending: nearest the limit first
+        return out + list(h.islice(j, j + k - len(out)))
+
     @property
     def hole_count(self) -> int:
         return len(self.holes)
@@ -152,9 +166,10 @@ class BandView:
     _first: Callable[[int], list[int]]
 
     @staticmethod
-    def of(band: Band) -> BandView:
-        return BandView(band.name, band.role, band.page_bytes, band.top, band.lo, band.hi,
-                        band.hole_count, band.first_holes)
+    def of(band: Band, limit: int | None = None) -> BandView:
+        """The band as it is; with a placement ``limit`` slot its holes come in ``Band.holes_toward`` order."""
+        first = band.first_holes if limit is None else (lambda k: band.holes_toward(limit, k))
+        return BandView(band.name, band.role, band.page_bytes, band.top, band.lo, band.hi, band.hole_count, first)
 
     def first_holes(self, k: int) -> list[int]:
         return self._first(k)

@@ -108,12 +108,12 @@ class SplitPools(Arena):
                     f"split pool {cls!r} holds {band.hi - band.lo} pages but one worst-case request of "
                     f"{self.config.context_len} tokens needs {n}; raise capacity or change the ratio flags")
 
-    def _plan_admission(self, demand: dict[str, int]) -> Plan:
+    def _plan_admission(self, demand: dict[str, int], limits: dict[str, int] | None = None) -> Plan:
         if not demand:
             return Plan(Rung.NONE)
         fit = Placement()
         for cls in self.order:
-            v = BandView.of(self.bands[cls])
+            v = BandView.of(self.bands[cls], (limits or {}).get(cls))  # a placement limit orders the holes
             d = demand.get(cls, 0)
             fit.slots[cls] = v.first_holes(min(d, v.hole_count))
             fit.shortfall[cls] = max(0, d - v.hole_count)
