@@ -207,6 +207,19 @@ def _demand_cases(name: str, call: Callable[[Arena, dict], object]) -> list[Case
     ]
 
 
+def _below_cases(name: str, call: Callable[[Arena, object], object]) -> list[Case]:
+    """Every malformed placement limit (spec §Placement limit), for one limit-taking operation (toy-tri: the
+    ends are ``state`` and ``full``, ``window`` is a float)."""
+    return [
+        Case(f"{name}-below-not-a-mapping", InvalidArgumentError, lambda a, c: call(a, [("full", 0)])),
+        Case(f"{name}-below-unknown-class", InvalidArgumentError, lambda a, c: call(a, {"nope": 0})),
+        Case(f"{name}-below-float-band", InvalidArgumentError, lambda a, c: call(a, {"window": 0})),
+        Case(f"{name}-below-bool", InvalidArgumentError, lambda a, c: call(a, {"full": True})),
+        Case(f"{name}-below-negative", InvalidArgumentError, lambda a, c: call(a, {"full": -1})),
+        Case(f"{name}-below-past-capacity", InvalidArgumentError, lambda a, c: call(a, {"state": CAP + 1})),
+        Case(f"{name}-below-float-value", InvalidArgumentError, lambda a, c: call(a, {"full": 64.0})),
+    ]
+
 
 CASES: list[Case] = [
     # -- unknown owner ------------------------------------------------------------------------
@@ -260,6 +273,9 @@ CASES: list[Case] = [
     # -- demand -------------------------------------------------------------------------------
     *_demand_cases("admit", lambda a, d: a.admit("n", d)),
     *_demand_cases("extend", lambda a, d: a.extend("r", d)),
+    *_below_cases("admit", lambda a, b: a.admit("n", {"full": 1}, below=b)),
+    *_below_cases("extend", lambda a, b: a.extend("r", {"full": 1}, below=b)),
+    *_below_cases("plan-admission", lambda a, b: a.plan_admission({"full": 1}, below=b)),
     *_demand_cases("relayout", lambda a, d: a.relayout(d)),
     # -- slide --------------------------------------------------------------------------------
     Case("slide-negative", InvalidArgumentError, lambda a, c: a.slide("r", "window", -1)),
