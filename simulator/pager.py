@@ -126,12 +126,14 @@ class Pager:
             v[c].extend(vs)
         return 1 + (0 if transient else self.trim(rid))
 
-    def grow_one(self, rid: int) -> int:
+    def grow_one(self, rid: int, below: dict[str, int] | None = None) -> int:
         """One more full page (and one page per window class). Out-of-window pages go first (SGLang's
         ``alloc_for_decode_default`` runs ``maybe_evict_swa`` before allocating) with ``evict_first``, else
-        after. Returns allocator calls."""
+        after. ``below``: a placement limit for an engine that takes one (ceiling.py). Returns allocator calls."""
         ops = self.trim(rid, extra=1) if self.evict_first else 0
-        got = self.alloc.extend(f"r{rid}", {self.full: 1, **dict.fromkeys(self.keep, 1)}).pages
+        demand = {self.full: 1, **dict.fromkeys(self.keep, 1)}
+        got = (self.alloc.extend(f"r{rid}", demand) if below is None
+               else self.alloc.extend(f"r{rid}", demand, below=below)).pages
         v = self.vids[rid]
         for c, vs in got.items():
             v[c].extend(vs)

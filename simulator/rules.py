@@ -270,6 +270,8 @@ class SchedulerModel:
     admission_state_slots: int = ADMISSION_STATE_SLOTS  # of those, what admission must find free
     radix_state_slots: int = mamba_radix_checkpoint_slots()  # + its prompt's checkpoint, held by the tree
     chunk_checkpoints: bool = mamba_chunk_checkpoints()  # each later prefill chunk's too (checkpoints.py)
+    # not SGLang's: what the scheduler tells kvarena's arena (ceiling.py), the full band's planned peak per window page
+    placement_limit: bool = True
     max_running: int | None = None  # running-request cap (max_running_requests / mamba_max_running)
     prefix_cache: bool = True  # SGLang's radix cache (on unless --disable-radix-cache): prefix.py
     forward_requests: int = 4  # requests whose pages a forward pass holds in the ledger
@@ -288,4 +290,4 @@ SIMPLE = SchedulerModel(prefill_chunk=None, mixed_chunk=True, transient_window=F
                         reset_ratio_when_idle=False, ignore_eos_at_one=False, new_request_in_full=False,
                         retraction="newest", check_decode_mem=False, clip_new_tokens=None, state_slots=1,
                         swa_admission=False, evict_before_alloc=False, idle_flush_bytes=None,
-                        requeue_retracted="front", radix_state_slots=0, batch_is_full=False)
+                        requeue_retracted="front", radix_state_slots=0, batch_is_full=False, placement_limit=False)

@@ -27,9 +27,11 @@ import time
 from collections import defaultdict, deque
 from collections.abc import Callable
 
+from kvarena.reference.arena import Arena
 from kvarena.reference.invariants import check_all
 from kvarena.simulator import prefix, rules
 from kvarena.simulator.arrivals import Arrival
+from kvarena.simulator.ceiling import PlacementLimit, window_page_life
 from kvarena.simulator.checkpoints import StateCheckpoints
 from kvarena.simulator.costmodel import StepWork
 from kvarena.simulator.pager import Pager
@@ -130,6 +132,7 @@ class Scheduler:
         self.admitting = False
         self.full = False  # SGLang's running_batch.batch_is_full: set by a refusal, cleared when the batch shrinks
         self.full_sticks = model.batch_is_full and not self.pg.windows  # hybrid SWA resets it every pass
+        self.limit = self._placement_limit(alloc) if model.placement_limit else None
         self.moved_before = sum(alloc.stats.bytes_moved.values())
         # the radix tree's locked state checkpoint of each running request (rules.mamba_radix_checkpoint_slots):
         # an owner of its own, as the tree holds it, freed (evictable) when the request stops running
@@ -290,9 +293,33 @@ class Scheduler:
                 elif self.cache is None or not self.cache.evict_one():  # evictable cache is free memory
                     return None
 
+    def _placement_limit(self, alloc) -> PlacementLimit | None:
+        """Only kvarena's arena takes a limit, and only for a window class that is its low end band below the
+        full-attention high band (GPT-OSS; a float window, as hymba's, has no anchor side)."""
+        if not isinstance(alloc, Arena) or self.pg.split or len(self.pg.keep) != 1 or alloc.order[-1] != self.pg.full:
+            return None
+        window = next(iter(self.pg.keep))
+        if alloc.order[0] != window:
+            return None
+        high = alloc.bands[self.pg.full]
+        return PlacementLimit(high.top * high.page_bytes, high.page_bytes, window)
+
+    def placement_limit(self, r: _Req) -> dict[str, int] | None:
+        """The window page ``r`` allocates now gets the full band's planned peak as its limit (ceiling.py),
+        while admission is blocked."""
+        lim, pg = self.limit, self.pg
+        if lim is None or (self.queue and not self.full):
+            return None
+        keep = pg.keep[lim.window]
+        life = window_page_life(len(pg.vids[r.rid][lim.window]), keep, pg.slack[lim.window])
+        running = ((len(pg.vids[x][pg.full]), -(-(q.orig_in + q.orig_cap) // pg.pt))
+                   for x, q in self.active.items() if x in pg.vids)
+        return dict(lim.below(self.step, life, running))
+
     def on_grow(self, r: _Req) -> None:
+        below = self.placement_limit(r)
         while True:
-            ops = self.with_wait(lambda: self.pg.grow_one(r.rid))
+            ops = self.with_wait(lambda: self.pg.grow_one(r.rid, below))
             if ops is not None:
                 self.res.operations += ops - 1
                 break
