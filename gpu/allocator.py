@@ -180,9 +180,29 @@ class GpuArena(BatchOps, MoveOps):
                         f"owner {owner!r} would hold {have + n} recurrent {cls!r} pages, more than recurrent_slots="
                         f"{cap}; a request holds one state (raise ArenaConfig.recurrent_slots), or drop one first")
 
-    def plan_admission(self, demand: Mapping[str, int]) -> Plan:
-        """What admitting ``demand`` would do, without doing it (read-only)."""
-        return self.ladder.admission(self._demand(demand))
+    def _below(self, below: Mapping[str, int] | None) -> dict[str, int] | None:
+        """The placement limit ``below`` (class -> byte offset, end bands only) as limit slots per class; None
+        for no limit (spec/arena.md §Placement limit). Raises before anything changes."""
+        if below is None:
+            return None
+        if not isinstance(below, Mapping):
+            raise InvalidArgumentError(f"below must be a mapping class -> byte offset, got {type(below).__name__}")
+        ends = [self.order[0], self.order[-1]]
+        out: dict[str, int] = {}
+        for cls, b in below.items():
+            if cls not in ends:
+                raise InvalidArgumentError(f"below names class {cls!r}; a placement limit is for an end band, "
+                                           f"use one of {ends}")
+            if not isinstance(b, (int, np.integer)) or isinstance(b, (bool, np.bool_)) or not 0 <= b <= self.capacity:
+                raise InvalidArgumentError(f"below[{cls!r}] must be an int byte offset in [0, {self.capacity}], "
+                                           f"got {b!r}")
+            out[cls] = self.bands[cls].limit_slot(int(b))
+        return out
+
+    def plan_admission(self, demand: Mapping[str, int], below: Mapping[str, int] | None = None) -> Plan:
+        """What admitting ``demand`` would do, without doing it (read-only); ``below`` as for ``admit``."""
+        d = self._demand(demand)
+        return self.ladder.admission(d, self._below(below))
 
     def _row(self, owner: str) -> int:
         row = self.owners.rows.get(owner)
@@ -193,8 +213,11 @@ class GpuArena(BatchOps, MoveOps):
     # =========================================================================================
     # Admission
 
-    def admit(self, owner: str, demand: Mapping[str, int], shared: Sequence[int] = ()) -> Admission:
-        """A new owner with new pages per ``demand`` plus existing ``shared`` pages (a prefix-cache hit)."""
+    def admit(self, owner: str, demand: Mapping[str, int], shared: Sequence[int] = (),
+              below: Mapping[str, int] | None = None) -> Admission:
+        """A new owner with new pages per ``demand`` plus existing ``shared`` pages (a prefix-cache hit).
+        ``below``: class -> byte offset, the placement limit: rung 1 takes that end band's holes on the anchor
+        side of the byte first, nearest it first (spec/arena.md §Placement limit)."""
         self.poll()
         if owner in self.owners:
             raise DuplicateOwnerError(f"owner {owner!r} is already admitted; use extend() to grow it, or free() "
@@ -203,20 +226,20 @@ class GpuArena(BatchOps, MoveOps):
         shared = self._bound(shared, f"admit({owner!r}) shared")
         self._not_state(shared, f"admit({owner!r}, shared=)")
         self._state_slots(owner, None, d)
-        plan = self.ladder.admission(d)
+        plan = self.ladder.admission(d, self._below(below))
         pages = self._apply(plan)
         row = self.owners.add(owner)
         new = [v for c in self.order for v in pages.get(c, ())]
         self._hold(row, np.array([*shared, *new], dtype=np.int64))
         return Admission({c: tuple(vs) for c, vs in pages.items()}, plan)
 
-    def extend(self, owner: str, demand: Mapping[str, int]) -> Admission:
-        """More pages for an existing owner (decode growth, a longer prefill)."""
+    def extend(self, owner: str, demand: Mapping[str, int], below: Mapping[str, int] | None = None) -> Admission:
+        """More pages for an existing owner (decode growth, a longer prefill); ``below`` as for ``admit``."""
         self.poll()
         row = self._row(owner)
         d = self._demand(demand)
         self._state_slots(owner, row, d)
-        plan = self.ladder.admission(d)
+        plan = self.ladder.admission(d, self._below(below))
         pages = self._apply(plan)
         self._hold(row, np.array([v for c in self.order for v in pages.get(c, ())], dtype=np.int64))
         return Admission({c: tuple(vs) for c, vs in pages.items()}, plan)

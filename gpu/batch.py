@@ -23,7 +23,7 @@ one strided copy and no scatter).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -98,12 +98,15 @@ class BatchOps:
         return lim
 
     # -- the batched calls ---------------------------------------------------------------------
-    def extend_batch(self, owners: Sequence[str] | np.ndarray, demands: Any) -> BatchResult:
-        """``extend(owners[k], demands[k])`` for every k, in order; one result per owner. ``owners``: names, or
-        the int rows ``admit_batch`` returned (``result.rows``: an engine's request handles, no name lookup)."""
+    def extend_batch(self, owners: Sequence[str] | np.ndarray, demands: Any,
+                     below: Mapping[str, int] | None = None) -> BatchResult:
+        """``extend(owners[k], demands[k], below)`` for every k, in order; one result per owner. ``owners``: names,
+        or the int rows ``admit_batch`` returned (``result.rows``: an engine's request handles, no name lookup).
+        ``below``: one placement limit for every lane (a malformed one refuses the whole call, nothing changed)."""
+        lim = self._below(below) if below is not None else None
         if self.users:  # nothing to release without a ledger user (the decode step's common case)
             self.poll()
-        lean = self._extend_lean(owners, demands)
+        lean = self._extend_lean(owners, demands, lim)
         if lean is not None:
             return lean
         n = len(owners)
@@ -116,17 +119,20 @@ class BatchOps:
         errors.update({r: e for r, e in bad.items() if r not in errors})  # the owner is checked first
         d[unknown] = 0
         if self._state_cols and not self._state_caps(owners, d, rows, errors):
-            return self._sequential_extends(owners, demands)  # an owner twice with state: caps depend on order
-        res = self._place_rows(d, rows, errors)
+            return self._sequential_extends(owners, demands, below)  # an owner twice with state: order matters
+        res = self._place_rows(d, rows, errors, lim)
         res.rows = rows
         return res
 
-    def admit_batch(self, owners: Sequence[str], demands: Any) -> BatchResult:
-        """``admit(owners[k], demands[k])`` (no shared pages) for every k, in order; one result per owner."""
+    def admit_batch(self, owners: Sequence[str], demands: Any, below: Mapping[str, int] | None = None
+                    ) -> BatchResult:
+        """``admit(owners[k], demands[k], below=below)`` (no shared pages) for every k, in order; one result per
+        owner. ``below``: one placement limit for every lane (a malformed one refuses the whole call)."""
+        lim = self._below(below) if below is not None else None
         self.poll()
         n = len(owners)
         if len(set(owners)) != n:  # a name twice: whether the second is a duplicate depends on the first
-            return self._sequential_admits(owners, demands)
+            return self._sequential_admits(owners, demands, below)
         errors: dict[int, ArenaError] = {}
         for r, o in enumerate(owners):
             if o in self.owners:
@@ -139,7 +145,7 @@ class BatchOps:
             self._state_caps(owners, d, np.full(n, -1, dtype=np.int64), errors)
         rows = np.array([-1 if r in errors else self.owners.add(o) for r, o in enumerate(owners)], dtype=np.int64)
         d[list(errors)] = 0
-        out = self._place_rows(d, rows, errors)
+        out = self._place_rows(d, rows, errors, lim)
         for r in out.errors:
             if rows[r] >= 0:  # admitted by name above, then refused by the ladder: never admitted
                 self.owners.forget(owners[r])
@@ -147,7 +153,7 @@ class BatchOps:
         out.rows = rows
         return out
 
-    def _extend_lean(self, owners: Any, demands: Any) -> BatchResult | None:
+    def _extend_lean(self, owners: Any, demands: Any, lim: Mapping[str, int] | None = None) -> BatchResult | None:
         """The engine's decode step on its shortest path, or None when the general path must run: int handles,
         an int64 demand array, every owner admitted, one end band growing, every page from rung 1. The same
         placement as ``_place_fast`` with the checks folded into whole-batch tests and O(1) scalar tests
@@ -210,13 +216,8 @@ class BatchOps:
             first = band.lo - g
             front = run[band.top - band.lo:band.top - first]
             band.lo = first
-        if h:
-            if c == 0:
-                taken = np.asarray(holes[:h], dtype=np.int64)
-                del holes[:h]
-            else:
-                taken = np.asarray(holes[len(holes) - h:][::-1], dtype=np.int64)
-                del holes[len(holes) - h:]
+        if h:  # the holes as rung 1 takes them: nearest the anchor, or under the limit (one slice either way)
+            taken = band.pop_holes(h, lim.get(band.name) if lim else None)
             slots = np.concatenate([taken, front])
             band.live.put(slots, vids)
         else:
@@ -304,7 +305,8 @@ class BatchOps:
                     break
         return True
 
-    def _sequential_extends(self, owners: Any, demands: Any) -> BatchResult:
+    def _sequential_extends(self, owners: Any, demands: Any, below: Mapping[str, int] | None = None
+                            ) -> BatchResult:
         n, k = len(owners), len(self.order)
         rows = self.owners.lookup(owners)
         d = np.asarray(demands) if isinstance(demands, (np.ndarray, torch.Tensor)) else None
@@ -317,7 +319,7 @@ class BatchOps:
             try:
                 if rows[r] < 0:
                     raise UnknownOwnerError(f"owner {self.owners.name(owners, r)!r} holds no pages; admit it first")
-                adm = self.extend(self.owners.names[int(rows[r])], dem)
+                adm = self.extend(self.owners.names[int(rows[r])], dem, below)
             except ArenaError as e:
                 res.errors[r] = e
                 continue
@@ -334,7 +336,8 @@ class BatchOps:
             slots += adm.plan.placements.get(name, ())
         res.plans[r] = adm.plan
 
-    def _sequential_admits(self, owners: Sequence[str], demands: Any) -> BatchResult:
+    def _sequential_admits(self, owners: Sequence[str], demands: Any, below: Mapping[str, int] | None = None
+                           ) -> BatchResult:
         n, k = len(owners), len(self.order)
         rows_d = np.asarray(demands) if isinstance(demands, np.ndarray) else None
         counts = np.zeros((n, k), dtype=np.int64)
@@ -344,7 +347,7 @@ class BatchOps:
         for r, o in enumerate(owners):
             dem = dict(zip(self.order, rows_d[r].tolist())) if rows_d is not None else demands[r]
             try:
-                adm = self.admit(o, dem)
+                adm = self.admit(o, dem, below=below)
             except ArenaError as e:
                 res.errors[r] = e
                 continue
@@ -389,7 +392,8 @@ class BatchOps:
         return FreeResult(len(owners), freed, cuts, dict(zip(pos, range(len(pos)))), errors)
 
     # -- placement -----------------------------------------------------------------------------
-    def _place_rows(self, d: np.ndarray, rows: np.ndarray, errors: dict[int, ArenaError]) -> BatchResult:
+    def _place_rows(self, d: np.ndarray, rows: np.ndarray, errors: dict[int, ArenaError],
+                    lim: Mapping[str, int] | None = None) -> BatchResult:
         n = len(d)
         counts = d.copy()
         parts_v: list[np.ndarray] = []
@@ -399,14 +403,14 @@ class BatchOps:
         while k < n:
             m = self._fast_prefix(d[k:], self._hole_counts())  # counts now: a fallback may have compacted
             if m:
-                v, s = self._place_fast(d[k:k + m], rows[k:k + m])
+                v, s = self._place_fast(d[k:k + m], rows[k:k + m], lim)
                 parts_v.append(v)
                 parts_s.append(s)
                 k += m
                 continue
             dem = {self.order[c]: int(x) for c, x in enumerate(d[k].tolist()) if x}
             try:
-                plan = self.ladder.admission(dem)
+                plan = self.ladder.admission(dem, lim)
             except AdmissionRejectedError as e:
                 errors[k] = e
                 counts[k] = 0
@@ -455,8 +459,11 @@ class BatchOps:
         ok = fits(np.maximum(np.cumsum(head[:, 0]) - holes[0], 0), np.maximum(np.cumsum(head[:, -1]) - holes[1], 0))
         return int(np.argmin(ok))  # the first request that does not fit (ok is True, then False)
 
-    def _place_fast(self, d: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Rung 1 for requests whose demand is on the end bands only and fits: holes, then frontiers."""
+    def _place_fast(self, d: np.ndarray, rows: np.ndarray, lim: Mapping[str, int] | None = None
+                    ) -> tuple[np.ndarray, np.ndarray]:
+        """Rung 1 for requests whose demand is on the end bands only and fits: holes, then frontiers. Under a
+        limit the holes come in the limited order, which is one fixed order of the band's holes, so the lanes'
+        sequential takes are still consecutive pieces of it."""
         n, k = d.shape
         counts = d.ravel()
         total = int(counts.sum())
@@ -477,17 +484,14 @@ class BatchOps:
             band = self._chain[c]
             h = min(want, len(band.holes))
             g = want - h
-            if c == 0:  # low end: holes ascending, then up from hi
-                taken = band.holes[:h]
-                del band.holes[:h]
+            taken = band.pop_holes(h, lim.get(band.name) if lim else None)  # anchor order or the limited one
+            if c == 0:  # low end: then up from hi
                 front = np.arange(band.hi, band.hi + g, dtype=np.int64)
                 band.hi += g
-            else:  # high end: holes descending, then down from lo
-                taken = band.holes[len(band.holes) - h:][::-1]
-                del band.holes[len(band.holes) - h:]
+            else:  # high end: then down from lo
                 front = np.arange(band.lo - 1, band.lo - 1 - g, -1, dtype=np.int64)
                 band.lo -= g
-            sl = np.concatenate([np.asarray(taken, dtype=np.int64), front]) if h else front
+            sl = np.concatenate([taken, front]) if h else front
             if single:
                 slots = sl
                 band.live.put(sl, vids)

@@ -81,6 +81,47 @@ class Band:
             return list(self.holes.islice(max(0, len(self.holes) - k), None, reverse=True))
         return list(self.holes.islice(0, k))
 
+    def limit_slot(self, b: int) -> int:
+        """The placement limit ``below`` byte ``b`` as a slot ``c`` (spec/arena.md §Placement limit): a low page
+        at slot s lies below it iff s < c = b // P, a high page above it iff s >= c = ceil(b / P)."""
+        return b // self.page_bytes if self.role is Role.LOW else cdiv(b, self.page_bytes)
+
+    def _limit_cut(self, k: int, c: int) -> tuple[int, int, int]:
+        """The first ``k`` holes in the limited order as index ranges of the sorted holes: ``(i, a, b)``, the
+        limit's index ``i`` and the taken slice ``[a, b)`` (holes below the cut go descending, the rest
+        ascending, whichever side is nearer the limit first)."""
+        h, n = self.holes, len(self.holes)
+        i = h.bisect_left(c)
+        k = max(0, min(k, n))
+        if self.role is Role.LOW:  # holes < c descending (nearest the limit first), then >= c ascending
+            return i, (i - k if k <= i else 0), (i if k <= i else k)
+        return i, (n - k if k > n - i else i), (i + k if k <= n - i else n)  # >= c ascending, then < c descending
+
+    def limited_holes(self, k: int, c: int) -> list[int]:
+        """The ``k`` holes rung 1 takes under the limit slot ``c``, in the order the new pages bind to them."""
+        i, a, b = self._limit_cut(k, c)
+        h = self.holes
+        if self.role is Role.LOW:
+            return list(h.islice(a, min(b, i), reverse=True)) + list(h.islice(i, max(b, i)))
+        return list(h.islice(max(a, i), b)) + list(h.islice(a, min(b, i), reverse=True))
+
+    def pop_holes(self, k: int, c: int | None = None) -> np.ndarray:
+        """Take (delete) the ``k`` holes rung 1 binds new pages to, in binding order: nearest the anchor, or
+        under the limit slot ``c``. The taken holes are one slice of the sorted holes either way."""
+        h = self.holes
+        if c is None:
+            if self.role is Role.HIGH:
+                a, b = len(h) - k, len(h)
+                taken = np.asarray(h[a:b][::-1], dtype=np.int64)
+            else:
+                a, b = 0, k
+                taken = np.asarray(h[:k], dtype=np.int64)
+        else:
+            taken = np.asarray(self.limited_holes(k, c), dtype=np.int64)
+            _, a, b = self._limit_cut(k, c)
+        del h[a:b]
+        return taken
+
     def holes_past(self, n: int) -> Iterator[int]:
         """Holes in anchor order, skipping the ``n`` nearest."""
         if self.role is Role.HIGH:
@@ -142,8 +183,10 @@ class View:
     take: Callable[[int], list[int]]  # the k holes nearest the anchor
 
     @classmethod
-    def of(cls, band: Band) -> View:
-        return cls(band.name, band.role, band.page_bytes, band.lo, band.hi, len(band.holes), band.nearest_holes)
+    def of(cls, band: Band, limit: int | None = None) -> View:
+        """The band as it is; with a limit slot (``below``, rung 1 only) its holes in the limited order."""
+        take = band.nearest_holes if limit is None else (lambda k: band.limited_holes(k, limit))
+        return cls(band.name, band.role, band.page_bytes, band.lo, band.hi, len(band.holes), take)
 
     @classmethod
     def fixed(cls, band: Band, lo: int, hi: int, holes: list[int] | np.ndarray) -> View:
@@ -443,18 +486,22 @@ class Ladder:
         self.hints = dict(hints)
         self.ledger = ledger
 
-    def views(self) -> list[View]:
-        return [View.of(b) for b in self.bands]
+    def views(self, limits: Mapping[str, int] | None = None) -> list[View]:
+        """The bands as they are; ``limits``: class -> limit slot (``below``), the holes rung 1 takes."""
+        if not limits:
+            return [View.of(b) for b in self.bands]
+        return [View.of(b, limits.get(b.name)) for b in self.bands]
 
-    def admission(self, demand: Mapping[str, int]) -> Plan:
-        """Rung 1; else rung 2 sized to the shortfall (``size_ends``); else rung 3 on the ends' whole sequences,
-        fewest float moves, then the fewest end moves the relaid floats still need; AdmissionRejectedError
-        otherwise (spec/arena.md §Admission ladder)."""
+    def admission(self, demand: Mapping[str, int], limits: Mapping[str, int] | None = None) -> Plan:
+        """Rung 1 (its holes in the limited order for the classes in ``limits``: class -> limit slot); else
+        rung 2 sized to the shortfall (``size_ends``); else rung 3 on the ends' whole sequences, fewest float
+        moves, then the fewest end moves the relaid floats still need; AdmissionRejectedError otherwise
+        (spec/arena.md §Admission ladder). Rungs 2 and 3 plan on the normal nearest-the-anchor order."""
         demand = {c: n for c, n in demand.items() if n}
         if not demand:
             return Plan(Rung.NONE)
         views = self.views()
-        fit = place(views, demand, self.hints)
+        fit = place(self.views(limits) if limits else views, demand, self.hints)
         if fit.ok:
             return self.plan(Rung.REUSE, [], fit)
         low, high = (EndSeq(b, self.barrier(b), self._reader(b.name)) for b in (self.bands[0], self.bands[-1]))
