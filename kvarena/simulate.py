@@ -69,7 +69,9 @@ HELP = """\
 Simulate a workload on one H200 under each memory layout, with SGLang 0.5.23's scheduler rules:
   split pools       SGLang's fixed per-kind pools sized by --swa-full-tokens-ratio / --mamba-full-memory-ratio
   unified arena     the reference allocator (one byte range; reuse, compact the ends, relayout), one
-                    column per admission policy (today: the default)
+                    column per admission policy (today: the default); the scheduler gives it each new
+                    window page's placement limit (the full band's planned peak while the page lives,
+                    simulator/ceiling.py; --rule placement_limit=false drops it)
   vLLM-style pool   one pool of equal pages; attention pages enlarged until a page holds one layer's
                     recurrent state (528 tokens on Qwen3.5-4B), state padded to a page; nothing moves;
                     mamba "align" mode (vLLM's prefix caching default): decides as vLLM v1 below

@@ -212,7 +212,8 @@ def assumptions(page_size: int) -> list[str]:
         "request per class of rounding, not simulated token by token for speed); prefix cache: SGLang's radix "
         "cache modeled for workloads that share prefixes (kvarena/simulator/prefix.py), evictable entries free",
         "split pools: SGLang's ratio flags (--swa-full-tokens-ratio 0.8, --mamba-full-memory-ratio 0.9); "
-        "unified arena: the reference Arena; vLLM-style: one page size, state padded to one page, no moves, "
+        "unified arena: the reference Arena, given each new window page's placement limit by the scheduler "
+        "(ceiling.py); vLLM-style: one page size, state padded to one page, no moves, "
         "window pages freed at once, one state slot (moved to a fresh block per crossing: vLLM's align mode), "
         "decides as vLLM 0.33.0's manager (docs/vllm-findings.md §8); real engines (when installed): SGLang "
         "0.5.23's split and unified allocators, vLLM 0.33.0's KVCacheManager, each column's 'implementation' naming it",
