@@ -59,3 +59,17 @@ def test_rung2_bound_replays_the_run() -> None:
     n, lowest, oracle = (int(x.replace(",", "")) for x in (moved.group(1), rows["lowest"], rows["oracle"]))
     assert n > 0 and abs(lowest - n) <= max(5, n // 10), (n, lowest)  # 68 vs 65 here: withheld slots count free
     assert oracle <= lowest
+
+
+def test_rung1_ceiling_compares_the_limit_on_one_trace() -> None:
+    """bench/rung1_ceiling.py on a small tight run: three rows, the same decisions, the limit moves least."""
+    import re
+
+    r = subprocess.run([sys.executable, "bench/rung1_ceiling.py", "--scale", "0.02", "--capacity-gib", "4"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = re.findall(r"^\| ([^|]+) \| ([\d.]+) \| [\d.-]+ \| ([\d,]+) \| ([\d,]+) \| \d+ \|$", r.stdout, re.M)
+    assert len(rows) == 3, r.stdout
+    (_, full, *d0), (_, plain, *d1), (_, limited, *d2) = rows
+    assert d0 == d1 == d2  # the limit and the policy change no decision
+    assert float(limited) < float(plain) <= float(full)
