@@ -201,6 +201,60 @@ def check_decode_handles(mod: types.ModuleType, path: str) -> None:
                                      "from the reference's (a page in the wrong class or slot)")
 
 
+def check_below(mod: types.ModuleType, path: str) -> None:
+    """The placement limit ``below`` against the reference (spec/arena.md §Placement limit): on holes left in both
+    end bands, every plan_admission under limits at every slot line, then admits, extends and a lean decode step
+    under a limit, lane by lane, with the same placements (slot order included) and observations. ``mod``:
+    planner.py or a mutant of it (its names patched into every gpu module that imported them)."""
+    from kvarena.conformance.adapter import observe_reference
+    from kvarena.reference.arena import Arena
+
+    with contextlib.ExitStack() as stack:
+        if path == "torch":
+            stack.enter_context(mock.patch.object(kernels, "interpreted", lambda kernel: False))
+        if mod is not planner_mod:
+            for importer in GPU_MODULES:
+                for name, home in imported_names(importer, planner_mod).items():
+                    stack.enter_context(mock.patch.object(importer, name, getattr(mod, home)))
+        config = ArenaConfig(preset("toy-swa"), 16384, page_size=2, max_context_len=8)
+        a, ref = allocator_mod.make(config), Arena(config)
+        low, high = a.order[0], a.order[-1]
+
+        def same(what: str, x: Any, y: Any) -> None:
+            if x != y:
+                raise AssertionError(f"{what}: gpu {x}, the reference {y}")
+
+        for i in range(12):
+            for arena in (a, ref):
+                arena.admit(f"o{i}", {low: 1 + i % 2, high: 1 + (i + 1) % 3})
+        for i in range(0, 12, 3):
+            for arena in (a, ref):
+                arena.free(f"o{i}")
+        same("holes", a.observe().holes, observe_reference(ref).holes)
+        for cls in (low, high):
+            p = a.bands[cls].page_bytes
+            for b in range(0, min(config.capacity, (a.bands[cls].top + 1) * p) + 1, p // 2):
+                lim = {cls: min(b, config.capacity)}
+                same(f"plan_admission(below={lim})", a.plan_admission({low: 3, high: 3}, below=lim),
+                     ref.plan_admission({low: 3, high: 3}, below=lim))
+        for j, lim in enumerate(({low: 7 * a.bands[low].page_bytes}, {high: config.capacity // 2}, {low: 0, high: 0})):
+            same(f"admit(below={lim})", a.admit(f"n{j}", {low: 2, high: 2}, below=lim).plan.placements,
+                 ref.admit(f"n{j}", {low: 2, high: 2}, below=lim).plan.placements)
+            same(f"extend(below={lim})", a.extend("o1", {low: 1, high: 1}, below=lim).plan.placements,
+                 ref.extend("o1", {low: 1, high: 1}, below=lim).plan.placements)
+        for i in range(1, 12, 3):
+            for arena in (a, ref):
+                arena.free(f"o{i}")
+        k, names = len(a.order), ["o2", "o5", "o8", "o11"]
+        step = np.zeros((len(names), k), dtype=np.int64)
+        step[:, 0] = 1
+        lim = {low: config.capacity // 3}
+        res = a.extend_batch(np.array([a.owners.rows[o] for o in names], dtype=np.int64), step, below=lim)
+        for r, o in enumerate(names):  # the lean decode step: int handles, one page of the low band per lane
+            same(f"decode lane {r} under {lim}", dict(res[r].pages), dict(ref.extend(o, {low: 1}, below=lim).pages))
+        same("observations", a.observe(), observe_reference(ref))
+
+
 # ---------------------------------------------------------------------------------------------
 
 
@@ -386,6 +440,13 @@ MUTANTS: tuple[Mutant, ...] = (
            "row 0 is an owner's, so the decode step's clipped liveness take sends a negative handle to it: the "
            "lane extends owner 0 instead of raising UnknownOwnerError (check_decode_handles)",
            kernel=check_decode_handles, paths=("torch",)),
+    Mutant("below-limit-holes-ascending", planner_mod,
+           "            return list(h.islice(a, min(b, i), reverse=True)) + list(h.islice(i, max(b, i)))\n",
+           "            return list(h.islice(a, min(b, i), reverse=False)) + list(h.islice(i, max(b, i)))\n",
+           "under a placement limit rung 1 takes the low band's holes below the limit slot in ascending order, not "
+           "nearest the limit first: the same holes, the new pages bound to them in the wrong order (check_below: "
+           "plans, admits, extends and the lean decode step under limits against the reference)",
+           kernel=check_below, paths=("torch",)),
     Mutant("decode-pattern-wrong-end", batch_mod,
            "            if raw == pat[0]:\n                return c, pat[1]\n",
            "            if raw == pat[0]:\n                return k - 1, pat[1]\n",
