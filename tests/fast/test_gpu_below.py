@@ -24,6 +24,7 @@ import kvarena.gpu.kernels as kernels
 from kvarena.conformance.adapter import observe_reference
 from kvarena.gpu.allocator import GpuArena, make
 from kvarena.gpu.planner import Band, Role
+from kvarena.gpu.results import BatchResult
 from kvarena.reference.arena import Arena
 from kvarena.spec.errors import ArenaError, CapacityTooSmallError, InvalidArgumentError
 from kvarena.spec.layout import Kind
@@ -224,6 +225,50 @@ def test_the_limit_is_exercised(monkeypatch: pytest.MonkeyPatch) -> None:
         limited += ls.limited
     assert limited >= 30, f"the limit changed only {limited} takes"
     assert len(fast) >= 5, f"the batched fast paths took limited holes only {len(fast)} times"
+
+
+def _meta_steps(a: Any, ref: Arena | None, below: dict[str, int] | None) -> list[BatchResult]:
+    """Batched calls under one limit; the reference (when given) makes the same calls one by one."""
+    n, out = 48, []
+    owners = [f"m{i}" for i in range(n)]
+
+    def seq(op: str, names: list[str], demands: list[dict[str, int]]) -> None:
+        if ref is not None:
+            for o, d in zip(names, demands):
+                getattr(ref, op)(o, d, below=below)
+
+    out.append(a.admit_batch(owners, np.tile([[2, 4]], (n, 1)), below=below))
+    seq("admit", owners, [{"window": 2, "full": 4}] * n)
+    assert not a.free_batch(owners[::3]).errors  # holes in both end bands
+    for o in owners[::3] if ref is not None else ():
+        ref.free(o)
+    live = [o for i, o in enumerate(owners) if i % 3]
+    rows = a.owners.lookup(live)
+    for c in (1, 0, 1, 0):  # the lean decode step, from the holes just freed (in the limited order)
+        d = np.zeros((len(live), 2), dtype=np.int64)
+        d[:, c] = 1
+        out.append(a.extend_batch(rows, d, below=below))
+        seq("extend", live, [{a.order[c]: 1}] * len(live))
+    out.append(a.extend_batch(live, [{"window": 1, "full": 2}] * len(live), below=below))  # both ends at once
+    seq("extend", live, [{"window": 1, "full": 2}] * len(live))
+    return out
+
+
+def test_batched_limit_on_the_meta_device() -> None:
+    """Under a limit the batched calls stay on their vectorized paths (rung 1, no per-lane plan) on torch's meta
+    device (no device read, no data-dependent shape); the host state is the reference's sequential calls'."""
+    config = ArenaConfig(preset("toy-swa"), 1 << 18, page_size=4, max_context_len=16)  # window low, full high
+    below = {"window": 40 * 1024 + 512, "full": (1 << 18) - 16 * 1024}
+    meta, ref, plain = make(config, device="meta"), Arena(config), make(config, device="meta")
+    got = _meta_steps(meta, ref, below)
+    assert all(not x.errors and not x.plans for x in got), "every call: rung 1, batched"
+    assert meta.v2p == ref.v2p, "the meta arena's placements are not the reference's"
+    for c, band in meta.bands.items():
+        assert (band.lo, band.hi, list(band.holes)) == (ref.bands[c].lo, ref.bands[c].hi, list(ref.bands[c].holes))
+    _meta_steps(plain, None, None)
+    assert plain.v2p != meta.v2p, "the limit changed nothing: the test is vacuous"
+    with pytest.raises((RuntimeError, NotImplementedError)):
+        meta.tables.v2p.cpu()
 
 
 # ---------------------------------------------------------------------------------------------
