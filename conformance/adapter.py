@@ -31,11 +31,17 @@ Shapes the harness expects (checked; a wrong shape is an :class:`AdapterError` n
 * ``observe`` returns an :class:`Observation` (or a mapping with its four fields);
 * ``held(owner)`` (optional) returns class -> ids the owner holds, in acquisition order; when present it
   is compared after every step.
+
+Optional features (:func:`features`): ``below``, the placement limit of ``admit`` / ``extend``
+(spec/arena.md §Placement limit), offered when both take a parameter named ``below``.  A vector whose
+header ``requires`` a feature the implementation lacks is not replayed (reported as stopped, with why);
+the lockstep machine passes ``below`` only to implementations that offer it.
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -49,6 +55,8 @@ LEVELS = ("safety", "decisions", "exact")
 REQUIRED_METHODS = ("admit", "extend", "share", "drop", "slide", "free", "acquire", "release", "compact",
                     "relayout", "write", "read", "translate")
 OPTIONAL_METHODS = ("held", "close", "copy_state")  # a trace that copies state stops where copy_state is missing
+
+FEATURES = ("below",)  # optional arguments a vector may require (vectors/FORMAT.md §Features)
 
 DEFAULT_IMPL = "kvarena.gpu.allocator:make"  # kvarena's own Torch + Triton implementation
 REFERENCE_ALIAS = "reference"  # ``--impl reference``: the reference itself (a self-test of the harness)
@@ -65,8 +73,8 @@ class Allocator(Protocol):
 
     order: list[str]  # class names in chain order (low end first)
 
-    def admit(self, owner: str, demand: Mapping[str, int], shared: Sequence[int] = ()) -> Any: ...
-    def extend(self, owner: str, demand: Mapping[str, int]) -> Any: ...
+    def admit(self, owner: str, demand: Mapping[str, int], shared: Sequence[int] = ()) -> Any: ...  # below=: optional
+    def extend(self, owner: str, demand: Mapping[str, int]) -> Any: ...  # below=: optional (features())
     def share(self, owner: str, vids: Sequence[int]) -> None: ...
     def drop(self, owner: str, vids: Sequence[int]) -> list[int]: ...
     def slide(self, owner: str, cls: str, n: int) -> list[int]: ...
@@ -85,6 +93,24 @@ class Factory(Protocol):
     """``package.module:factory`` for ``kvarena conform --impl``: builds an allocator for a config."""
 
     def __call__(self, config: ArenaConfig) -> Allocator: ...
+
+
+def _takes(fn: Any, name: str) -> bool:
+    """Whether ``fn`` has a parameter called ``name`` (``**kwargs`` does not count: it may drop it)."""
+    try:
+        return name in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def features(alloc: Any) -> frozenset[str]:
+    """The optional features of :data:`FEATURES` the allocator offers: its ``features`` attribute when it declares
+    one, else ``below`` when both ``admit`` and ``extend`` take a ``below`` parameter."""
+    declared = getattr(alloc, "features", None)
+    if declared is not None and not callable(declared):
+        return frozenset(f for f in declared if f in FEATURES)
+    below = all(_takes(getattr(alloc, m, None), "below") for m in ("admit", "extend"))
+    return frozenset({"below"} if below else ())
 
 
 # ---------------------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from kvarena.conformance.adapter import (
     AdapterError,
     Observation,
     as_observation,
+    features,
     ids_of,
     observe,
     page_of,
@@ -58,6 +59,9 @@ OPS: dict[str, tuple[str, ...]] = {
     "copy_state": ("owner", "page"),  # returns like an admission: the new page (a new handle) of the page's class
     "construct": ("config",),
 }
+# op -> optional arguments: written only where a step uses them, each an optional feature (adapter.FEATURES) a
+# vector's header lists in "requires"; an implementation without it is not given such a step
+OPTIONAL_ARGS: dict[str, tuple[str, ...]] = {"admit": ("below",), "extend": ("below",)}
 PAGE_LIST_ARGS = ("shared", "pages")
 ADMISSIONS = ("admit", "extend", "copy_state")
 FREEING = ("drop", "slide", "free")
@@ -233,8 +237,9 @@ class Handles:
                 out[k] = [self.resolve(p) for p in out[k]]
         if "page" in out:
             out["page"] = self.resolve(out["page"])
-        if "demand" in out and isinstance(out["demand"], dict):
-            out["demand"] = dict(out["demand"])  # the callee must not alias the trace
+        for k in ("demand", "below"):
+            if k in out and isinstance(out[k], dict):
+                out[k] = dict(out[k])  # the callee must not alias the trace
         if "kind" in out:
             out["kind"] = _kind(out["kind"])
         return out
@@ -243,8 +248,12 @@ class Handles:
 def call(alloc: Any, op: str, a: Mapping[str, Any]) -> Any:
     """Call ``op`` on an allocator with resolved arguments (virtual ids, UserKind)."""
     if op == "admit":
+        if "below" in a:  # only a step that names it passes it (an adapter without the feature never gets one)
+            return alloc.admit(a["owner"], a["demand"], a["shared"], below=a["below"])
         return alloc.admit(a["owner"], a["demand"], a["shared"])
     if op == "extend":
+        if "below" in a:
+            return alloc.extend(a["owner"], a["demand"], below=a["below"])
         return alloc.extend(a["owner"], a["demand"])
     if op == "share":
         return alloc.share(a["owner"], a["pages"])
@@ -409,6 +418,9 @@ class Side:
 
     def apply(self, op: str, args: Mapping[str, Any]) -> Outcome:
         resolved = self.h.args_for_call(op, args)
+        if "below" in args and "below" not in features(self.alloc):
+            raise StopReplay(f"the implementation's admit / extend take no `below` (the optional placement limit, "
+                             f"spec/arena.md §Placement limit): the trace passes one here ({json.dumps(dict(args))})")
         if op == "copy_state" and not callable(getattr(self.alloc, "copy_state", None)):
             raise StopReplay(f"the implementation has no copy_state (optional in the adapter protocol): the trace "
                              f"copies recurrent state here ({json.dumps(dict(args))})")
@@ -492,5 +504,5 @@ def construct_pair(factory: Callable[[ArenaConfig], Any], config: ArenaConfig, l
                      f"the implementation {'builds it' if imp_code is None else 'raises ' + imp_code}")
 
 
-__all__ = ["CACHE", "OPS", "Divergence", "Expect", "LiveReference", "Side", "Snapshot",
+__all__ = ["CACHE", "OPS", "OPTIONAL_ARGS", "Divergence", "Expect", "LiveReference", "Side", "Snapshot",
            "as_observation", "config_from_json", "config_to_json", "construct_pair"]

@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule, run_state_machine_as_test
 
 from kvarena.conformance.adapter import LEVELS
+from kvarena.conformance.below import offers_below, r_admit_below, r_extend_below
 from kvarena.conformance.checks import Geometry
 from kvarena.conformance.conductor import Conductor
 from kvarena.conformance.harness import (
@@ -544,6 +545,8 @@ RULES: dict[str, tuple[Callable[[Conductor], bool] | None, Callable[[Conductor, 
     "copy_state": (_can_copy, r_copy_state, 0),
     "state_refusals": (_can_copy, r_state_refusals, 0),
     "acquire_nothing": (_recurrent_contract, r_acquire_nothing, 0),
+    "admit_below": (offers_below, r_admit_below, 0),  # the optional placement limit (below.py)
+    "extend_below": (lambda c: offers_below(c) and _has_requests(c), r_extend_below, 0),
 }
 
 

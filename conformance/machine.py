@@ -18,8 +18,10 @@ from collections.abc import Callable
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from kvarena.conformance.adapter import features
 from kvarena.reference.arena import Arena
 from kvarena.reference.invariants import check_all
+from kvarena.reference.policy import BestFit, FullCompaction
 from kvarena.spec.errors import (
     AdmissionRejectedError,
     ArenaError,
@@ -36,6 +38,7 @@ from kvarena.spec.types import UserKind
 
 TOYS = ["toy-tri", "toy-tri", "toy-swa", "toy-state"]  # floats only exist in toy-tri: weight it
 CACHE = "cache"  # the prefix cache: an owner like any request
+IGNORES_BELOW = (FullCompaction, BestFit)  # policies that plan rung 1 without the limit (documented)
 
 
 class ArenaMachine(RuleBasedStateMachine):
@@ -148,6 +151,43 @@ class ArenaMachine(RuleBasedStateMachine):
             self.a.extend(owner, demand)
         except AdmissionRejectedError as e:
             self._rejected_unchanged(before, e)
+
+    @precondition(lambda self: "below" in features(self.a))
+    @rule(data=st.data(), grow=st.booleans())
+    def admit_below(self, data: st.DataObject, grow: bool) -> None:
+        """admit / extend with a placement limit (spec §Placement limit): rung 1 takes each limited band's holes
+        nearest the limit on its anchor side first; a malformed limit is refused with the state unchanged."""
+        grow = grow and bool(self.requests)
+        owner = data.draw(st.sampled_from(self.requests), label="owner") if grow else self._name("r")
+        demand = self._demand(data, 2 if grow else 3, owner if grow else None)
+        low, high = self.a.order[0], self.a.order[-1]
+        cap = self.a.capacity
+        if data.draw(st.integers(0, 7), label="bad") == 0:
+            bad = data.draw(st.sampled_from([{"nope": 0}, {low: True}, {high: -1}, {low: cap + 1}, {high: 1.5},
+                                             [(low, 0)], low, *({f: 0} for f in self.a.order[1:-1])]), label="below")
+            self._expect(InvalidArgumentError, lambda: self.a.extend(owner, demand, below=bad) if grow
+                         else self.a.admit(owner, demand, below=bad))
+            return
+        below = {c: data.draw(st.integers(0, cap), label=f"below[{c}]") for c in (low, high)
+                 if data.draw(st.booleans(), label=f"limit {c}")}
+        holes = {c: list(self.a.bands[c].holes) for c in below}
+        before = pickle.dumps(self.a)
+        try:
+            got = self.a.extend(owner, demand, below=below) if grow else self.a.admit(owner, demand, below=below)
+        except AdmissionRejectedError as e:
+            self._rejected_unchanged(before, e)
+            return
+        if not grow:
+            self.requests.append(owner)
+        if got.plan.rung == 1 and not isinstance(self.a.policy, IGNORES_BELOW):
+            from kvarena.conformance.scenarios_below import toward
+
+            for c, b in below.items():
+                pb, n = self.a.bands[c].page_bytes, min(demand[c], len(holes[c]))
+                want = toward(holes[c], b // pb if c == low else -(-b // pb), c == low, n)
+                placed = list(got.plan.placements.get(c, ()))[:n]
+                assert placed == want, f"below {below}: rung 1 put {c} at {placed}; the limit takes {want} of " \
+                                       f"{holes[c]}"
 
     # -- ownership ------------------------------------------------------------------------------
     @precondition(lambda self: self.requests)

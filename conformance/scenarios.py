@@ -533,3 +533,7 @@ VECTORS += recurrent_vectors()
 from kvarena.conformance.scenarios_hymba import hymba_vectors  # noqa: E402 (rung 3 on a published model)
 
 VECTORS += hymba_vectors()
+
+from kvarena.conformance.scenarios_below import below_vectors  # noqa: E402 (spec/arena.md §Placement limit)
+
+VECTORS += below_vectors()

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kvarena.conformance.adapter import AdapterError
+from kvarena.conformance.adapter import FEATURES, AdapterError, features
 from kvarena.conformance.checks import Geometry
 from kvarena.conformance.conductor import Conductor
 from kvarena.conformance.coverage import Coverage
@@ -28,6 +28,7 @@ from kvarena.conformance.harness import (
     CONFIG_FIELDS,
     FREEING,
     OPS,
+    OPTIONAL_ARGS,
     REJECTED,
     Divergence,
     Expect,
@@ -49,6 +50,9 @@ VERSION = 1
 VECTOR_DIR = Path(__file__).resolve().parent / "vectors"
 
 
+FEATURE_HELP = {"below": "the placement limit of admit / extend: both must take a `below` parameter"}
+
+
 class VectorFormatError(ValueError):
     """A vector file that does not follow FORMAT.md; the message names the file and line."""
 
@@ -65,10 +69,18 @@ def header_for(name: str, description: str, config: ArenaConfig, steps: list[dic
                         "rows": [[r.layer, r.part, list(r.shape), r.dtype] for r in c.rows],
                         "entry_bytes": entry_layout(c).entry_bytes, "page_bytes": geo.page_bytes[c.name],
                         "entries_per_page": geo.entries[c.name], "top": geo.top[c.name]})
+    needs = requires(steps)
     return {"format": FORMAT, "version": VERSION, "name": name, "description": description,
+            **({"requires": needs} if needs else {}),  # absent when empty: older files stay byte-identical
             "config": config_to_json(config), "order": list(geo.order), "classes": classes,
             "float_hints": float_hints(config), "steps": sum(1 for s in steps if "op" in s),
             "covers": coverage(steps), "snapshot": snapshot.to_json()}
+
+
+def requires(steps: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The optional features (adapter.FEATURES) the steps use: each optional argument is its own feature."""
+    used = {k for s in steps if "op" in s for k in OPTIONAL_ARGS.get(s["op"], ()) if k in s["args"]}
+    return [f for f in FEATURES if f in used]
 
 
 def coverage(steps: Iterable[Mapping[str, Any]]) -> dict:
@@ -242,6 +254,10 @@ def load(path: Path | str) -> Vector:
         err(f"the first line must be a header object with \"format\": \"{FORMAT}\"")
     if header.get("version") != VERSION:
         err(f"format version {header.get('version')!r} is not supported (this harness reads version {VERSION})")
+    needs = header.get("requires", [])
+    if not isinstance(needs, list) or any(f not in FEATURES for f in needs):
+        err(f"header.requires {needs!r}: a list of the optional features {list(FEATURES)} (this harness knows no "
+            "other; a newer kvarena may)")
     cfg = header.get("config")
     if not isinstance(cfg, dict) or any(k not in cfg for k in CONFIG_FIELDS):
         err(f"header.config must have {list(CONFIG_FIELDS)}")
@@ -272,9 +288,14 @@ def load(path: Path | str) -> Vector:
         if op not in OPS:
             err(f"unknown op {op!r}; the ops are {sorted(OPS)}")
         args = d.get("args")
-        if not isinstance(args, dict) or set(args) != set(OPS[op]):
+        optional = OPTIONAL_ARGS.get(op, ())
+        if not isinstance(args, dict) or not set(OPS[op]) <= set(args) <= set(OPS[op]) | set(optional):
             got = sorted(args) if isinstance(args, dict) else args
-            err(f"{op} takes exactly the args {list(OPS[op])}, got {got!r}")
+            more = f" (optionally {list(optional)})" if optional else ""
+            err(f"{op} takes exactly the args {list(OPS[op])}{more}, got {got!r}")
+        for k in optional:
+            if k in args and k not in needs:
+                err(f"args.{k} is an optional feature: the header must list it in \"requires\" (FORMAT.md §Features)")
         if d.get("step") != len(vec.steps) + 1:
             err(f"step number {d.get('step')!r}, expected {len(vec.steps) + 1}")
         for k in ("shared", "pages"):
@@ -412,6 +433,14 @@ def replay(vec: Vector | Path | str, factory: Callable[[ArenaConfig], Any], leve
         return VectorResult(vec.path, "failed", 0, len(vec.steps),
                             f"{vec.path}:1: the implementation refuses the configuration {vec.header['config']}: "
                             f"{e.code}: {e}")
+    missing = [f for f in vec.header.get("requires", ()) if f not in features(alloc)]
+    if missing:  # refused, never replayed with the argument dropped
+        close = getattr(alloc, "close", None)
+        if callable(close):
+            close()
+        return VectorResult(vec.path, "stopped", 0, len(vec.steps),
+                            f"not replayed: the vector requires {', '.join(missing)} (optional; "
+                            f"{FEATURE_HELP[missing[0]]}), which the implementation does not offer")
     oracle = RecordedOracle(vec.initial)
     current = [1]
     side = Side(alloc, geo)

@@ -199,3 +199,78 @@ def test_empty_and_missing(tmp_path: Path) -> None:
     (tmp_path / "sub").mkdir()
     with pytest.raises(vectors.VectorFormatError, match=r"no \*\.jsonl vector files"):
         vectors.discover(tmp_path / "sub")
+
+
+# -- the optional feature `below` (FORMAT.md §Features) -------------------------------------------
+
+BELOW = [f for f in FILES if "below" in json.loads(f.read_text().splitlines()[0]).get("requires", [])]
+
+
+class NoBelow(Arena):
+    """The reference without the optional placement limit (an adapter that predates it)."""
+
+    def admit(self, owner, demand, shared=()):  # type: ignore[override]
+        return super().admit(owner, demand, shared)
+
+    def extend(self, owner, demand):  # type: ignore[override]
+        return super().extend(owner, demand)
+
+
+class IgnoresBelow(Arena):
+    """Takes `below` and drops it: nearest-the-anchor holes whatever the limit."""
+
+    def admit(self, owner, demand, shared=(), below=None):  # type: ignore[override]
+        return super().admit(owner, demand, shared)
+
+    def extend(self, owner, demand, below=None):  # type: ignore[override]
+        return super().extend(owner, demand)
+
+
+class BoolBelow(Arena):
+    """Validates `below` but lets a bool through as a byte (True is 1)."""
+
+    def _check_below(self, below):  # type: ignore[override]
+        if isinstance(below, dict):
+            below = {k: int(v) if isinstance(v, bool) else v for k, v in below.items()}
+        return super()._check_below(below)
+
+
+def test_every_vector_that_uses_below_requires_it() -> None:
+    assert {f.name for f in BELOW} == {"rung1-below.jsonl", "rung1-below-tri.jsonl"}
+    for f in FILES:
+        used = any("below" in s.args for s in vectors.load(f).steps)
+        assert used == (f in BELOW), f.name
+
+
+@pytest.mark.parametrize("path", BELOW, ids=[f.stem for f in BELOW])
+def test_a_below_vector_is_refused_without_the_feature(path: Path) -> None:
+    """Not replayed with the argument dropped: stopped before the first step, one line saying why."""
+    from kvarena.conformance.adapter import features
+
+    assert features(NoBelow(vectors.load(path).config)) == frozenset()
+    for level in ("safety", "exact"):
+        r = vectors.replay(path, NoBelow, level)
+        assert (r.status, r.steps_run) == ("stopped", 0), r
+        assert r.message.startswith("not replayed: the vector requires below") and "\n" not in r.message, r.message
+
+
+@pytest.mark.parametrize("path", BELOW, ids=[f.stem for f in BELOW])
+def test_below_vectors_replay_and_catch_a_dropped_or_loose_limit(path: Path) -> None:
+    assert vectors.replay(path, Arena, "exact").status == "passed"
+    ignored = vectors.replay(path, IgnoresBelow, "exact")
+    assert ignored.status == "failed" and '"below": {' in ignored.summary, ignored.message  # a limited admission
+    loose = vectors.replay(path, BoolBelow, "safety")
+    assert loose.status == "failed" and "the reference raises InvalidArgument" in loose.message, loose.message
+
+
+def test_below_needs_the_header_to_require_it(tmp_path: Path) -> None:
+    lines = BELOW[0].read_text().splitlines()
+    head = json.loads(lines[0])
+    i = next(i for i, raw in enumerate(lines) if "below" in json.loads(raw).get("args", {}))
+    path = tmp_path / "b.jsonl"
+    path.write_text("\n".join([json.dumps({k: v for k, v in head.items() if k != "requires"}), *lines[1:]]) + "\n")
+    with pytest.raises(vectors.VectorFormatError, match=rf"b.jsonl:{i + 1}: args.below is an optional feature"):
+        vectors.load(path)
+    path.write_text("\n".join([json.dumps({**head, "requires": ["below", "teleport"]}), *lines[1:]]) + "\n")
+    with pytest.raises(vectors.VectorFormatError, match=r"b.jsonl:1: header.requires \['below', 'teleport'\]"):
+        vectors.load(path)

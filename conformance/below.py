@@ -1,0 +1,84 @@
+"""The placement limit ``below`` of admit / extend (spec/arena.md §Placement limit) in the conformance layer.
+
+``below`` maps an end-band class to a byte offset: "new pages of this class should lie on the anchor side of
+this byte". It reorders only the holes rung 1 reuses, so it is an optional feature (adapter.FEATURES): the
+lockstep rules here pass it only to an implementation that offers it (``adapter.features``), and a vector
+that uses it says so in its header (``"requires": ["below"]``).
+
+The draws are shared by the lockstep machine (Hypothesis) and the vector scenarios (a seeded Random); both
+rules have weight 0 in lockstep.RULES, so the committed random-walk vectors stay as they are.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kvarena.conformance.adapter import features
+
+if TYPE_CHECKING:
+    from kvarena.conformance.conductor import Conductor
+    from kvarena.conformance.lockstep import Chooser
+
+
+def offers_below(c: Conductor) -> bool:
+    """The reference and the implementation (if any) take ``below``."""
+    ref = getattr(c.oracle, "arena", None)
+    return (ref is None or "below" in features(ref)) and (c.impl is None or "below" in features(c.impl.alloc))
+
+
+def limit_byte(c: Conductor, ch: Chooser, cls: str) -> int:
+    """A byte in [0, capacity]: on the class's page grid, off it (floor for the low band, ceiling for the
+    high band), or one of the two extremes."""
+    cap = c.geo.capacity
+    pb = c.geo.page_bytes[cls]
+    how = ch.choice(["grid", "off-grid", "zero", "capacity"], "below_how")
+    if how == "zero":
+        return 0
+    if how == "capacity":
+        return cap
+    slot = ch.integer(0, cap // pb, "below_slot")
+    off = ch.integer(1, pb - 1, "below_off") if how == "off-grid" and pb > 1 else 0
+    return min(cap, slot * pb + off)
+
+
+def random_below(c: Conductor, ch: Chooser) -> dict[str, int] | None:
+    """None (no limit), or a limit for one or both end bands."""
+    named = [k for k in (c.geo.low, c.geo.high) if ch.boolean(f"below[{k}]")]
+    if not named and ch.boolean("below_none"):
+        return None
+    return {k: limit_byte(c, ch, k) for k in named}
+
+
+def bad_below(c: Conductor, ch: Chooser) -> Any:
+    """A malformed ``below`` the reference refuses with InvalidArgument, state unchanged."""
+    low, high = c.geo.low, c.geo.high
+    cap = c.geo.capacity
+    floats = c.geo.floats()
+    cases: dict[str, Any] = {
+        "unknown-class": {"nope": 0}, "bool": {low: True}, "negative": {high: -1}, "too-large": {low: cap + 1},
+        "float-value": {high: 1.5}, "list": [[low, 0]], "string": low,
+    }
+    if floats:
+        cases["float-class"] = {floats[0]: 0}
+    return cases[ch.choice(sorted(cases), "bad_below")]
+
+
+def r_admit_below(c: Conductor, ch: Chooser) -> None:
+    """An admission with a placement limit (valid mostly; now and then a malformed one, refused)."""
+    from kvarena.conformance.lockstep import _demand, shareable
+
+    demand = _demand(c, ch, 3)
+    pages = shareable(c)
+    shared = ch.subset(pages, 0, 2, "shared") if pages else []
+    below = bad_below(c, ch) if ch.integer(0, 7, "bad") == 0 else random_below(c, ch)
+    c.run("admit", owner=c.fresh("r"), demand=demand, shared=shared, below=below)
+
+
+def r_extend_below(c: Conductor, ch: Chooser) -> None:
+    """Decode growth with a placement limit (valid mostly; now and then a malformed one, refused)."""
+    from kvarena.conformance.lockstep import _demand, requests
+
+    owner = ch.choice(requests(c), "owner")
+    demand = _demand(c, ch, 2, owner)
+    below = bad_below(c, ch) if ch.integer(0, 7, "bad") == 0 else random_below(c, ch)
+    c.run("extend", owner=owner, demand=demand, below=below)
