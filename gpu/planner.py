@@ -87,15 +87,15 @@ class Band:
         return b // self.page_bytes if self.role is Role.LOW else cdiv(b, self.page_bytes)
 
     def _limit_cut(self, k: int, c: int) -> tuple[int, int, int]:
-        """The first ``k`` holes in the limited order as index ranges of the sorted holes: ``(i, a, b)``, the
-        limit's index ``i`` and the taken slice ``[a, b)`` (holes below the cut go descending, the rest
-        ascending, whichever side is nearer the limit first)."""
+        """Where the first ``k`` holes in the limited order lie in the sorted holes: ``(i, a, b)``, the limit's
+        index ``i`` (the first hole >= c) and the slice ``[a, b)`` they fill. Low band: holes < c descending,
+        then >= c ascending; high band: holes >= c ascending, then < c descending. Either way a slice."""
         h, n = self.holes, len(self.holes)
         i = h.bisect_left(c)
         k = max(0, min(k, n))
-        if self.role is Role.LOW:  # holes < c descending (nearest the limit first), then >= c ascending
+        if self.role is Role.LOW:
             return i, (i - k if k <= i else 0), (i if k <= i else k)
-        return i, (n - k if k > n - i else i), (i + k if k <= n - i else n)  # >= c ascending, then < c descending
+        return i, (i if k <= n - i else n - k), (i + k if k <= n - i else n)
 
     def limited_holes(self, k: int, c: int) -> list[int]:
         """The ``k`` holes rung 1 takes under the limit slot ``c``, in the order the new pages bind to them."""
@@ -107,18 +107,19 @@ class Band:
 
     def pop_holes(self, k: int, c: int | None = None) -> np.ndarray:
         """Take (delete) the ``k`` holes rung 1 binds new pages to, in binding order: nearest the anchor, or
-        under the limit slot ``c``. The taken holes are one slice of the sorted holes either way."""
+        under the limit slot ``c`` (``limited_holes``). One slice of the sorted holes either way, reordered in
+        numpy: O(k) numpy, no Python loop over the pages."""
         h = self.holes
         if c is None:
-            if self.role is Role.HIGH:
-                a, b = len(h) - k, len(h)
-                taken = np.asarray(h[a:b][::-1], dtype=np.int64)
-            else:
-                a, b = 0, k
-                taken = np.asarray(h[:k], dtype=np.int64)
+            a, b = (len(h) - k, len(h)) if self.role is Role.HIGH else (0, k)
+            part = np.asarray(h[a:b], dtype=np.int64)
+            taken = part[::-1] if self.role is Role.HIGH else part
         else:
-            taken = np.asarray(self.limited_holes(k, c), dtype=np.int64)
-            _, a, b = self._limit_cut(k, c)
+            i, a, b = self._limit_cut(k, c)
+            part = np.asarray(h[a:b], dtype=np.int64)
+            m = max(0, min(b, i) - a)  # part[:m] lies below the limit slot, part[m:] at or above it
+            lo, hi = part[:m][::-1], part[m:]
+            taken = np.concatenate([lo, hi] if self.role is Role.LOW else [hi, lo])
         del h[a:b]
         return taken
 

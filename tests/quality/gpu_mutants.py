@@ -246,13 +246,16 @@ def check_below(mod: types.ModuleType, path: str) -> None:
             for arena in (a, ref):
                 arena.free(f"o{i}")
         k, names = len(a.order), ["o2", "o5", "o8", "o11"]
-        step = np.zeros((len(names), k), dtype=np.int64)
-        step[:, 0] = 1
-        lim = {low: config.capacity // 3}
-        res = a.extend_batch(np.array([a.owners.rows[o] for o in names], dtype=np.int64), step, below=lim)
-        for r, o in enumerate(names):  # the lean decode step: int handles, one page of the low band per lane
-            same(f"decode lane {r} under {lim}", dict(res[r].pages), dict(ref.extend(o, {low: 1}, below=lim).pages))
-        same("observations", a.observe(), observe_reference(ref))
+        handles = np.array([a.owners.rows[o] for o in names], dtype=np.int64)
+        for c, line in ((0, 3), (k - 1, a.bands[high].top - 4), (0, 8)):  # the limit slot: few holes on its anchor side
+            cls = a.order[c]
+            lim = {cls: line * a.bands[cls].page_bytes}
+            step = np.zeros((len(names), k), dtype=np.int64)
+            step[:, c] = 1
+            res = a.extend_batch(handles, step, below=lim)  # the lean decode step: int handles, one page per lane
+            for r, o in enumerate(names):
+                same(f"decode lane {r} under {lim}", dict(res[r].pages), dict(ref.extend(o, {cls: 1}, below=lim).pages))
+            same(f"observations after the decode step under {lim}", a.observe(), observe_reference(ref))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -446,6 +449,13 @@ MUTANTS: tuple[Mutant, ...] = (
            "under a placement limit rung 1 takes the low band's holes below the limit slot in ascending order, not "
            "nearest the limit first: the same holes, the new pages bound to them in the wrong order (check_below: "
            "plans, admits, extends and the lean decode step under limits against the reference)",
+           kernel=check_below, paths=("torch",)),
+    Mutant("below-batch-takes-far-side-first", planner_mod,
+           "            taken = np.concatenate([lo, hi] if self.role is Role.LOW else [hi, lo])\n",
+           "            taken = np.concatenate([hi, lo] if self.role is Role.LOW else [lo, hi])\n",
+           "the batched calls' vectorized rung 1 (and the lean decode step) under a placement limit bind the new pages "
+           "to the holes on the far side of the limit before the ones on the anchor side (check_below: the decode "
+           "step under a limit against the reference's sequential extends)",
            kernel=check_below, paths=("torch",)),
     Mutant("decode-pattern-wrong-end", batch_mod,
            "            if raw == pat[0]:\n                return c, pat[1]\n",
