@@ -95,7 +95,7 @@ class Factory(Protocol):
     def __call__(self, config: ArenaConfig) -> Allocator: ...
 
 
-def _takes(fn: Any, name: str) -> bool:
+def takes(fn: Any, name: str) -> bool:
     """Whether ``fn`` has a parameter called ``name`` (``**kwargs`` does not count: it may drop it)."""
     try:
         return name in inspect.signature(fn).parameters
@@ -109,7 +109,7 @@ def features(alloc: Any) -> frozenset[str]:
     declared = getattr(alloc, "features", None)
     if declared is not None and not callable(declared):
         return frozenset(f for f in declared if f in FEATURES)
-    below = all(_takes(getattr(alloc, m, None), "below") for m in ("admit", "extend"))
+    below = all(takes(getattr(alloc, m, None), "below") for m in ("admit", "extend"))
     return frozenset({"below"} if below else ())
 
 

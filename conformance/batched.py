@@ -30,7 +30,8 @@ import numpy as np
 from hypothesis import settings as Settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from kvarena.conformance.adapter import LEVELS, AdapterError, ids_of, pages_of, plan_of
+from kvarena.conformance.adapter import LEVELS, AdapterError, ids_of, pages_of, plan_of, takes
+from kvarena.conformance.below import offers_below, random_below
 from kvarena.conformance.conductor import Conductor
 from kvarena.conformance.harness import Expect, Outcome
 from kvarena.conformance.lockstep import (
@@ -137,7 +138,7 @@ def _owners(c: Conductor, ch: Chooser, lo: int, hi: int) -> list[str]:
 # The rules
 
 
-def r_admit_batch(c: Conductor, ch: Chooser) -> None:
+def r_admit_batch(c: Conductor, ch: Chooser, limited: bool = False) -> None:
     n = ch.integer(1, 6, "n")
     owners = [c.fresh("ab") for _ in range(n)]
     if c.oracle.owners() and ch.integer(0, 5, "dup") == 0:
@@ -145,15 +146,30 @@ def r_admit_batch(c: Conductor, ch: Chooser) -> None:
     demands = _demands(c, ch, n, 3)
     form = _as_array(c, ch, demands)
     items = [{"owner": o, "demand": d, "shared": []} for o, d in zip(owners, demands)]
+    if limited:  # one placement limit for every lane: the sequential calls each take it
+        below = random_below(c, ch)
+        items = [{**x, "below": below} for x in items]
+        batch(c, "admit", items, lambda a, res: a.admit_batch([x["owner"] for x in res], form, below=below))
+        return
     batch(c, "admit", items, lambda a, res: a.admit_batch([x["owner"] for x in res], form))
 
 
-def r_extend_batch(c: Conductor, ch: Chooser) -> None:
+def r_extend_batch(c: Conductor, ch: Chooser, limited: bool = False) -> None:
     owners = _owners(c, ch, 1, 8)
     demands = _demands(c, ch, len(owners), 2)
     form = _as_array(c, ch, demands)
     items = [{"owner": o, "demand": d} for o, d in zip(owners, demands)]
+    if limited:
+        below = random_below(c, ch)
+        items = [{**x, "below": below} for x in items]
+        batch(c, "extend", items, lambda a, res: a.extend_batch([x["owner"] for x in res], form, below=below))
+        return
     batch(c, "extend", items, lambda a, res: a.extend_batch([x["owner"] for x in res], form))
+
+
+def _limited(c: Conductor, method: str) -> bool:
+    """The batched ``method`` takes ``below`` (a malformed one refuses the whole call: gpu/'s own tests check it)."""
+    return _has(c, method) and offers_below(c) and takes(getattr(c.impl.alloc, method), "below")
 
 
 def r_decode_step(c: Conductor, ch: Chooser) -> None:
@@ -272,6 +288,9 @@ BATCH_RULES: dict[str, tuple[Callable[[Conductor], bool] | None, Callable[[Condu
     "admit_batch": (lambda c: _has(c, "admit_batch"), r_admit_batch),
     "extend_batch": (lambda c: _has(c, "extend_batch") and bool(requests(c)), r_extend_batch),
     "decode_step": (lambda c: _has(c, "extend_batch") and bool(requests(c)), r_decode_step),
+    "admit_batch_below": (lambda c: _limited(c, "admit_batch"), lambda c, ch: r_admit_batch(c, ch, True)),
+    "extend_batch_below": (lambda c: _limited(c, "extend_batch") and bool(requests(c)),
+                           lambda c, ch: r_extend_batch(c, ch, True)),
     "free_batch": (lambda c: _has(c, "free_batch") and bool(requests(c)), r_free_batch),
     "event_forward": (lambda c: _has(c, "poll") and bool(requests(c)), r_event_forward),
     "event_done": (lambda c: any(u in c.users for u in c.__dict__.get("events", {})), r_event_done),

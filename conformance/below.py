@@ -27,17 +27,19 @@ def offers_below(c: Conductor) -> bool:
 
 
 def limit_byte(c: Conductor, ch: Chooser, cls: str) -> int:
-    """A byte in [0, capacity]: on the class's page grid, off it (floor for the low band, ceiling for the
-    high band), or one of the two extremes."""
+    """A byte in [0, capacity]: within a slot of the band's span (where its holes are), on the class's page grid or
+    off it (floor for the low band, ceiling for the high band), anywhere, or one of the two extremes."""
     cap = c.geo.capacity
     pb = c.geo.page_bytes[cls]
-    how = ch.choice(["grid", "off-grid", "zero", "capacity"], "below_how")
+    how = ch.choice(["span", "span", "span-off-grid", "anywhere", "zero", "capacity"], "below_how")
     if how == "zero":
         return 0
     if how == "capacity":
         return cap
-    slot = ch.integer(0, cap // pb, "below_slot")
-    off = ch.integer(1, pb - 1, "below_off") if how == "off-grid" and pb > 1 else 0
+    band = c.oracle.arena.bands[cls]  # the live reference (rules run on it)
+    lo, hi = (0, cap // pb) if how == "anywhere" else (max(0, band.lo - 1), min(cap // pb, band.hi + 1))
+    slot = ch.integer(lo, max(lo, hi), "below_slot")
+    off = ch.integer(1, pb - 1, "below_off") if how == "span-off-grid" and pb > 1 else 0
     return min(cap, slot * pb + off)
 
 

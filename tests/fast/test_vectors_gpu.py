@@ -19,3 +19,17 @@ def test_every_committed_vector_replays_on_gpu_at_exact() -> None:
     bad = [(v.path.name, v.status, v.summary or v.message) for v in report.vectors if v.status != "passed"]
     assert not bad, bad
     assert report.exit_code == 0 and report.coverage.pages_moved > 0
+
+
+def test_gpu_offers_below_and_replays_its_vectors_at_exact() -> None:
+    """gpu/ takes the placement limit (adapter.features), so the vectors that require it are replayed, not skipped."""
+    from kvarena.conformance.adapter import features
+    from kvarena.conformance.vectors import load, replay
+    from kvarena.gpu.allocator import make
+
+    for name in ("rung1-below", "rung1-below-tri"):
+        vec = load(VECTOR_DIR / f"{name}.jsonl")
+        assert vec.header["requires"] == ["below"]
+        assert "below" in features(make(vec.config))
+        r = replay(vec, make, "exact")
+        assert (r.status, r.steps_run) == ("passed", len(vec.steps)), r.message

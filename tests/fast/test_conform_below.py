@@ -1,0 +1,74 @@
+"""The placement limit `below` in the lockstep rules (conformance/below.py) and the reference machine
+(conformance/machine.py admit_below): both pass random limits, and both catch an arena that drops them."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis.stateful import run_state_machine_as_test
+
+from kvarena.conformance.below import offers_below, r_admit_below, r_extend_below
+from kvarena.conformance.harness import Divergence
+from kvarena.conformance.lockstep import RandomChooser, r_churn, r_free, start
+from kvarena.conformance.machine import machine_for
+from kvarena.reference.arena import Arena
+
+
+class IgnoresBelow(Arena):
+    """Takes `below` and drops it (no validation, nearest-the-anchor holes)."""
+
+    def admit(self, owner, demand, shared=(), below=None):  # type: ignore[override]
+        return super().admit(owner, demand, shared)
+
+    def extend(self, owner, demand, below=None):  # type: ignore[override]
+        return super().extend(owner, demand)
+
+
+class UnorderedBelow(Arena):
+    """Validates `below` like the reference, then plans without it: only the hole order shows it."""
+
+    def _plan_admission(self, demand, limits=None):  # type: ignore[override]
+        return super()._plan_admission(demand, None)
+
+
+class NoBelow(Arena):
+    def admit(self, owner, demand, shared=()):  # type: ignore[override]
+        return super().admit(owner, demand, shared)
+
+    def extend(self, owner, demand):  # type: ignore[override]
+        return super().extend(owner, demand)
+
+
+def _walk(factory, seed: int, rounds: int = 60) -> int:
+    """Churn (holes) and limited admissions / extensions at exact; returns the steps that passed a limit."""
+    c = start(factory, "toy-swa", 8192, 2)
+    ch = RandomChooser(random.Random(seed))
+    for _ in range(rounds):
+        r_churn(c, ch)
+        if offers_below(c):
+            r_admit_below(c, ch)
+            r_extend_below(c, ch)
+        r_free(c, ch)
+    return sum(1 for s in c.steps if "below" in s.get("args", {}))
+
+
+def test_lockstep_passes_limits_to_the_reference_and_gpu_like_ports() -> None:
+    assert _walk(Arena, 1) > 50
+
+
+def test_lockstep_catches_a_dropped_limit_and_spares_an_adapter_without_it() -> None:
+    for bug in (IgnoresBelow, UnorderedBelow):
+        with pytest.raises(Divergence, match='"below"'):
+            _walk(bug, 1)
+    assert _walk(NoBelow, 1) == 0  # never given a below: not a divergence
+
+
+@pytest.mark.parametrize(("factory", "words"), [(IgnoresBelow, "expected InvalidArgumentError|rung 1 put"),
+                                               (UnorderedBelow, r"rung 1 put \w+ at .*; the limit takes")])
+def test_machine_catches_a_dropped_limit(factory, words: str) -> None:
+    fast = settings(max_examples=60, stateful_step_count=20, deadline=None, database=None, derandomize=True,
+                    phases=[Phase.generate], report_multiple_bugs=False, suppress_health_check=list(HealthCheck))
+    with pytest.raises(AssertionError, match=words):
+        run_state_machine_as_test(machine_for(factory, f"{factory.__name__}Machine"), settings=fast)
