@@ -180,4 +180,6 @@ def run_vectors(args: argparse.Namespace) -> int:
               f"{head['config']['model']:<12} rungs {cov.get('rungs')}  {head.get('description', '')}")
         if errors:
             print(f"{'':<36} errors: {', '.join(errors)}")
+        if head.get("requires"):
+            print(f"{'':<36} requires: {', '.join(head['requires'])} (optional features, FORMAT.md §Features)")
     return 0

@@ -72,3 +72,16 @@ def test_machine_catches_a_dropped_limit(factory, words: str) -> None:
                     phases=[Phase.generate], report_multiple_bugs=False, suppress_health_check=list(HealthCheck))
     with pytest.raises(AssertionError, match=words):
         run_state_machine_as_test(machine_for(factory, f"{factory.__name__}Machine"), settings=fast)
+
+
+def test_vectors_list_names_the_feature_and_conform_says_why_it_skips(capsys: pytest.CaptureFixture) -> None:
+    from kvarena.cli import main
+    from kvarena.conformance.runner import conform
+    from kvarena.conformance.vectors import VECTOR_DIR
+
+    assert main(["vectors", "--list"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("requires: below") == 2, out
+    report = conform(NoBelow, level="exact", vectors=VECTOR_DIR / "rung1-below.jsonl", examples=0)
+    text = report.format()
+    assert report.exit_code == 3 and "stopped rung1-below.jsonl: not replayed: the vector requires below" in text, text
