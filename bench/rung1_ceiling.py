@@ -17,35 +17,25 @@ import sys
 import time
 from dataclasses import replace
 
-from kvarena.simulate import budget_of
+from _unified import add_workload_args, unified_only, workload_and_budget
+
 from kvarena.simulator import simulation as sim
 from kvarena.simulator.rules import SchedulerModel
-from kvarena.simulator.workloads import lengths_from, workload
 
 
 def run(w, cap: int, policy: str, limit: bool, scale: float):  # type: ignore[no-untyped-def]
-    configurations = sim.configurations
-    sim.configurations = lambda *a, **k: [x for x in configurations(*a, **k) if x.kind == "unified"]
-    try:
+    with unified_only():
         rep = sim.simulate(w, cap, "preset", policies=(policy,), scale=scale,
                            model=replace(SchedulerModel(), placement_limit=limit))
-    finally:
-        sim.configurations = configurations
     (o,) = rep.outcomes
     return o
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--workload", default="gpt-oss-20b-max")
-    p.add_argument("--output-lengths", default="fixed", help="as kvarena simulate's (fixed, uniform[:LO])")
-    p.add_argument("--scale", type=float, default=1.0, help="fraction of the preset's requests (a quick look)")
-    p.add_argument("--capacity-gib", type=float, help="KV bytes in GiB instead of the preset's budget")
+    add_workload_args(p)
     args = p.parse_args(argv)
-    w = workload(args.workload)
-    if args.output_lengths != "fixed":
-        w = w.with_lengths(lengths_from(args.output_lengths, w))
-    cap, _ = budget_of(w, argparse.Namespace(capacity_gib=args.capacity_gib, mem_fraction=None, page_size=64))
+    w, cap = workload_and_budget(args)
     print(f"{w.name} (outputs {args.output_lengths}), {cap / 2**30:.2f} GiB")
     print("| unified arena | GiB moved (compaction + relayout) | x full-compaction | max active | retractions |"
           " wall s |\n|---|---:|---:|---:|---:|---:|")

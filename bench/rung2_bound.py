@@ -3,7 +3,8 @@
     python bench/rung2_bound.py                          # gpt-oss-20b-max, the trace of the default policy
     python bench/rung2_bound.py --policy full-compaction # the same decisions, so the same trace
 
-Runs the unified-arena column alone and records its trace: every window page's lifetime (the op that bound it,
+Runs the unified-arena column alone, without the scheduler's placement limit (``placement_limit=False``: the
+spec's rung 1 alone, what this replays), and records its trace: every window page's lifetime (the op that bound it,
 the op that freed it) and the full-attention band's live pages after every op. Then it replays the window pages
 on a slot line offline, each placement rule choosing a slot at the page's birth, and counts the pages placed at or
 above their *lifetime bound*: ``top - max(full live pages while the page lives)``, the highest slot the page may
@@ -28,14 +29,15 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import replace
 
 import numpy as np
+from _unified import add_workload_args, unified_only, workload_and_budget
 from sortedcontainers import SortedList
 
 from kvarena.reference.arena import Arena
-from kvarena.simulate import budget_of
 from kvarena.simulator import simulation as sim
-from kvarena.simulator.workloads import lengths_from, workload
+from kvarena.simulator.rules import SchedulerModel
 from kvarena.spec.models import preset
 
 
@@ -79,16 +81,15 @@ class Trace:
                 return out
             return run
 
-        configurations = sim.configurations
         patches = {"_bind_all": bind_all, "_free_page": free_page, "_apply": apply,
                    **{n: op(n) for n in ("admit", "extend", "slide", "free")}}
         try:
             for n, f in patches.items():
                 setattr(Arena, n, f)
-            sim.configurations = lambda *a, **k: [c for c in configurations(*a, **k) if c.kind == "unified"]
-            sim.simulate(w, cap, "preset", policies=(policy,), scale=scale)
+            with unified_only():  # rung 1 nearest the anchor is what this replays: no placement limit
+                sim.simulate(w, cap, "preset", policies=(policy,), scale=scale,
+                             model=replace(SchedulerModel(), placement_limit=False))
         finally:
-            sim.configurations = configurations
             for n, f in orig.items():
                 setattr(Arena, n, f)
         self.life.extend((b, len(self.full)) for b in self.born.values())  # alive at the end
@@ -142,20 +143,14 @@ def replay(trace: Trace, rule: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--workload", default="gpt-oss-20b-max")
+    add_workload_args(p)
     p.add_argument("--policy", default="default", help="the unified column's policy whose trace is replayed")
-    p.add_argument("--output-lengths", default="fixed", help="as kvarena simulate's (fixed, uniform[:LO])")
-    p.add_argument("--scale", type=float, default=1.0, help="fraction of the preset's requests (a quick look)")
-    p.add_argument("--capacity-gib", type=float, help="KV bytes in GiB instead of the preset's budget")
     p.add_argument("--rules", default="lowest,oracle,predict-500-1,predict-500-2,predict-500-4,predict-2000-2")
     args = p.parse_args(argv)
-    w = workload(args.workload)
-    if args.output_lengths != "fixed":
-        w = w.with_lengths(lengths_from(args.output_lengths, w))
+    w, cap = workload_and_budget(args)
     sizes = {c.kind.value: c for c in preset(w.model).classes}
     if set(sizes) != {"full", "window"}:
         p.error(f"{w.name}: the replay needs one full and one window class (GPT-OSS), not {sorted(sizes)}")
-    cap, _ = budget_of(w, argparse.Namespace(capacity_gib=args.capacity_gib, mem_fraction=None, page_size=64))
     trace = Trace()
     trace.window_cls = sizes["window"].name
     t0 = time.time()

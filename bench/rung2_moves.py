@@ -20,12 +20,14 @@ import collections
 import statistics
 import sys
 import time
+from dataclasses import replace
+
+from _unified import add_workload_args, unified_only, workload_and_budget
 
 from kvarena.reference.arena import Arena
 from kvarena.reference.bands import Band
-from kvarena.simulate import budget_of
 from kvarena.simulator import simulation as sim
-from kvarena.simulator.workloads import lengths_from, workload
+from kvarena.simulator.rules import SchedulerModel
 from kvarena.spec.layout import Kind
 
 
@@ -54,17 +56,13 @@ def _variant(name: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--workload", default="gpt-oss-20b-max")
+    add_workload_args(p)
     p.add_argument("--policy", default="default")
-    p.add_argument("--output-lengths", default="fixed", help="as kvarena simulate's (fixed, uniform[:LO])")
     p.add_argument("--variant", choices=("none", "reverse-extend", "farthest-hole"), default="none")
-    p.add_argument("--scale", type=float, default=1.0, help="fraction of the preset's requests (a quick look)")
-    p.add_argument("--capacity-gib", type=float, help="KV bytes in GiB instead of the preset's budget")
+    p.add_argument("--placement-limit", action="store_true",
+                   help="with the scheduler's placement limit (the simulator's default; off here: rung 1 alone)")
     args = p.parse_args(argv)
-    w = workload(args.workload)
-    if args.output_lengths != "fixed":
-        w = w.with_lengths(lengths_from(args.output_lengths, w))
-    cap, _ = budget_of(w, argparse.Namespace(capacity_gib=args.capacity_gib, mem_fraction=None, page_size=64))
+    w, cap = workload_and_budget(args)
     _variant(args.variant)
 
     origin: dict[int, int] = {}  # allocation serial -> pages of its class in the placement that bound it
@@ -86,10 +84,10 @@ def main(argv: list[str] | None = None) -> int:
         return pages
 
     Arena._apply = _apply  # type: ignore[method-assign]
-    configurations = sim.configurations
-    sim.configurations = lambda *a, **k: [c for c in configurations(*a, **k) if c.kind == "unified"]
     t0 = time.time()
-    rep = sim.simulate(w, cap, "preset", policies=(args.policy,), scale=args.scale)
+    with unified_only():
+        rep = sim.simulate(w, cap, "preset", policies=(args.policy,), scale=args.scale,
+                           model=replace(SchedulerModel(), placement_limit=args.placement_limit))
     (o,) = rep.outcomes
     print(f"{w.name} (outputs {args.output_lengths}), policy {args.policy}, variant {args.variant}: "
           f"{o.bytes_moved_compaction / 2**30:.3f} GiB moved by compaction, {o.bytes_moved_relayout / 2**30:.3f} "

@@ -396,8 +396,8 @@ class UntypedWrite(Arena):
 class PlanNotValidated(Arena):
     """admit applies the policy's plan without validating it."""
 
-    def _plan_admission(self, demand: dict[str, int]):  # type: ignore[override]
-        return self.policy.plan(self, demand) if demand else super()._plan_admission(demand)
+    def _plan_admission(self, demand: dict[str, int], limits: dict[str, int] | None = None):  # type: ignore[override]
+        return self.policy.plan(self, demand) if demand else super()._plan_admission(demand, limits)
 
 
 @pytest.mark.parametrize("cls, match", [
