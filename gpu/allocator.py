@@ -45,6 +45,7 @@ from kvarena.spec.errors import (
     ReleaseWithoutAcquireError,
     UnknownOwnerError,
     UnknownPageError,
+    check_below,
     check_ids,
     is_int,
 )
@@ -181,23 +182,10 @@ class GpuArena(BatchOps, MoveOps):
                         f"{cap}; a request holds one state (raise ArenaConfig.recurrent_slots), or drop one first")
 
     def _below(self, below: Mapping[str, int] | None) -> dict[str, int] | None:
-        """The placement limit ``below`` (class -> byte offset, end bands only) as limit slots per class; None
-        for no limit (spec/arena.md §Placement limit). Raises before anything changes."""
-        if below is None:
-            return None
-        if not isinstance(below, Mapping):
-            raise InvalidArgumentError(f"below must be a mapping class -> byte offset, got {type(below).__name__}")
-        ends = [self.order[0], self.order[-1]]
-        out: dict[str, int] = {}
-        for cls, b in below.items():
-            if cls not in ends:
-                raise InvalidArgumentError(f"below names class {cls!r}; a placement limit is for an end band, "
-                                           f"use one of {ends}")
-            if not isinstance(b, (int, np.integer)) or isinstance(b, (bool, np.bool_)) or not 0 <= b <= self.capacity:
-                raise InvalidArgumentError(f"below[{cls!r}] must be an int byte offset in [0, {self.capacity}], "
-                                           f"got {b!r}")
-            out[cls] = self.bands[cls].limit_slot(int(b))
-        return out
+        """The placement limit ``below`` as limit slots per class; None for no limit (spec/arena.md §Placement
+        limit, spec.errors.check_below: the reference's rules and messages). Raises before anything changes."""
+        ends = {c: (self.bands[c].page_bytes, self.bands[c].role is Role.LOW) for c in (self.order[0], self.order[-1])}
+        return check_below(below, ends, self.capacity, _is_id) or None
 
     def plan_admission(self, demand: Mapping[str, int], below: Mapping[str, int] | None = None) -> Plan:
         """What admitting ``demand`` would do, without doing it (read-only); ``below`` as for ``admit``."""

@@ -81,11 +81,6 @@ class Band:
             return list(self.holes.islice(max(0, len(self.holes) - k), None, reverse=True))
         return list(self.holes.islice(0, k))
 
-    def limit_slot(self, b: int) -> int:
-        """The placement limit ``below`` byte ``b`` as a slot ``c`` (spec/arena.md §Placement limit): a low page
-        at slot s lies below it iff s < c = b // P, a high page above it iff s >= c = ceil(b / P)."""
-        return b // self.page_bytes if self.role is Role.LOW else cdiv(b, self.page_bytes)
-
     def _limit_cut(self, k: int, c: int) -> tuple[int, int, int]:
         """Where the first ``k`` holes in the limited order lie in the sorted holes: ``(i, a, b)``, the limit's
         index ``i`` (the first hole >= c) and the slice ``[a, b)`` they fill. Low band: holes < c descending,

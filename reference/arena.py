@@ -43,6 +43,7 @@ from kvarena.spec.errors import (
     ReleaseWithoutAcquireError,
     UnknownOwnerError,
     UnknownPageError,
+    check_below,
     check_ids,
     check_not_state,
     check_state_slots,
@@ -264,22 +265,8 @@ class Arena:
 
     def _check_below(self, below: Mapping[str, int] | None) -> dict[str, int]:
         """``below`` as limit slots per class (§Placement limit), or a typed error before anything changes."""
-        if below is None:
-            return {}
-        if not isinstance(below, Mapping):
-            raise InvalidArgumentError(f"below must be a mapping class -> byte offset, got {type(below).__name__}")
-        ends = [self.order[0], self.order[-1]]
-        out: dict[str, int] = {}
-        for cls, b in below.items():
-            if cls not in self.bands or self.bands[cls].role is Role.FLOAT:
-                raise InvalidArgumentError(f"below names class {cls!r}; a placement limit is for an end band, "
-                                           f"use one of {ends}")
-            if not isinstance(b, int) or isinstance(b, bool) or not 0 <= b <= self.capacity:
-                raise InvalidArgumentError(f"below[{cls!r}] must be an int byte offset in [0, {self.capacity}], "
-                                           f"got {b!r}")
-            p = self.bands[cls].page_bytes
-            out[cls] = b // p if self.bands[cls].role is Role.LOW else -(-b // p)
-        return out
+        ends = {c: (self.bands[c].page_bytes, self.bands[c].role is Role.LOW) for c in (self.order[0], self.order[-1])}
+        return check_below(below, ends, self.capacity)
 
     def ladder(self, demand: dict[str, int], *, max_rung: Rung = Rung.RELAYOUT,
                relayout_budget: int | None = None, full: bool = False) -> Plan:
@@ -293,7 +280,8 @@ class Arena:
         fit = place(views, demand, self.hints)
         if fit.ok:
             return self._plan(Rung.REUSE, [], fit)
-        views = [BandView.of(b) for b in self._chain()]  # the limit is rung 1's alone
+        if limits:  # the limit is rung 1's alone: rungs 2-3 plan on the bands as they are
+            views = [BandView.of(b) for b in self._chain()]
         if full:
             return self._full_ladder(views, demand, max_rung, relayout_budget)
 

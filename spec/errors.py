@@ -62,6 +62,28 @@ def check_ids(vids: Iterable[object], what: str, is_id: Callable[[object], bool]
     return vids
 
 
+def check_below(below: object, ends: Mapping[str, tuple[int, bool]], capacity: int,
+                is_byte: Callable[[object], bool] = is_int) -> dict[str, int]:
+    """A placement limit (spec/arena.md §Placement limit) as limit slots per class, or ``InvalidArgument``: None,
+    or a mapping from an end-band class to a byte offset in ``[0, capacity]``. ``ends``: class -> (page bytes,
+    whether it is the low band); the low band's limit slot is ``b // P``, the high band's ``ceil(b / P)``.
+    ``is_byte``: an implementation's wider notion of an int, as for ``check_ids``."""
+    if below is None:
+        return {}
+    if not isinstance(below, Mapping):
+        raise InvalidArgumentError(f"below must be a mapping class -> byte offset, got {type(below).__name__}")
+    out: dict[str, int] = {}
+    for cls, b in below.items():
+        if cls not in ends:
+            raise InvalidArgumentError(f"below names class {cls!r}; a placement limit is for an end band, "
+                                       f"use one of {list(ends)}")
+        if not is_byte(b) or not 0 <= b <= capacity:
+            raise InvalidArgumentError(f"below[{cls!r}] must be an int byte offset in [0, {capacity}], got {b!r}")
+        p, low = ends[cls]
+        out[cls] = int(b) // p if low else -(-int(b) // p)
+    return out
+
+
 def check_not_state(vids: Iterable[int], class_of: Callable[[int], str], is_state: Callable[[str], bool],
                     what: str) -> None:
     """A recurrent page is one owner's state (INV-STATE-PRIVATE): it is never shared; prefix caching copies it.

@@ -109,7 +109,7 @@ class BelowLockstep:
         for c, b in (below or {}).items():
             band = self.gpu.bands[c]
             k = min(demand.get(c, 0), len(band.holes))
-            if k and band.limited_holes(k, band.limit_slot(b)) != band.nearest_holes(k):
+            if k and band.limited_holes(k, self.gpu._below({c: b})[c]) != band.nearest_holes(k):
                 self.limited += 1
 
     # -- both sides -----------------------------------------------------------------------------

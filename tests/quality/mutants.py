@@ -86,8 +86,8 @@ MUTANTS: tuple[Mutant, ...] = (
            "relayout moves float pages that a ledger user holds (a reader's withheld slot ends up outside "
            "the float's span)"),
     Mutant("below-accepts-bool", arena_mod,
-           "if not isinstance(b, int) or isinstance(b, bool) or not 0 <= b <= self.capacity:",
-           "if not isinstance(b, int) or not 0 <= b <= self.capacity:",
+           "return check_below(below, ends, self.capacity)",
+           "return check_below(below, ends, self.capacity, lambda b: isinstance(b, int))",
            ("ERROR-CONTRACT",),
            "a placement limit of True / False is taken as byte 1 / 0 instead of refused (bool is an int in Python)"),
 )
