@@ -14,16 +14,7 @@ from kvarena.conformance.harness import Divergence
 from kvarena.conformance.lockstep import RandomChooser, r_churn, r_free, start
 from kvarena.conformance.machine import machine_for
 from kvarena.reference.arena import Arena
-
-
-class IgnoresBelow(Arena):
-    """Takes `below` and drops it (no validation, nearest-the-anchor holes)."""
-
-    def admit(self, owner, demand, shared=(), below=None):  # type: ignore[override]
-        return super().admit(owner, demand, shared)
-
-    def extend(self, owner, demand, below=None):  # type: ignore[override]
-        return super().extend(owner, demand)
+from tests.quality.below_arenas import IgnoresBelow, NoBelow
 
 
 class UnorderedBelow(Arena):
@@ -31,14 +22,6 @@ class UnorderedBelow(Arena):
 
     def _plan_admission(self, demand, limits=None):  # type: ignore[override]
         return super()._plan_admission(demand, None)
-
-
-class NoBelow(Arena):
-    def admit(self, owner, demand, shared=()):  # type: ignore[override]
-        return super().admit(owner, demand, shared)
-
-    def extend(self, owner, demand):  # type: ignore[override]
-        return super().extend(owner, demand)
 
 
 def _walk(factory, seed: int, rounds: int = 60) -> int:

@@ -13,6 +13,7 @@ from kvarena.conformance.harness import OPS
 from kvarena.conformance.scenarios import VECTORS
 from kvarena.reference.arena import Arena
 from kvarena.spec.models import TOY_MODELS
+from tests.quality.below_arenas import IgnoresBelow, NoBelow
 from tests.quality.mutants import MUTANTS, Mutant, isolated
 
 FILES = sorted(vectors.VECTOR_DIR.glob("*.jsonl"))
@@ -204,26 +205,6 @@ def test_empty_and_missing(tmp_path: Path) -> None:
 # -- the optional feature `below` (FORMAT.md §Features) -------------------------------------------
 
 BELOW = [f for f in FILES if "below" in json.loads(f.read_text().splitlines()[0]).get("requires", [])]
-
-
-class NoBelow(Arena):
-    """The reference without the optional placement limit (an adapter that predates it)."""
-
-    def admit(self, owner, demand, shared=()):  # type: ignore[override]
-        return super().admit(owner, demand, shared)
-
-    def extend(self, owner, demand):  # type: ignore[override]
-        return super().extend(owner, demand)
-
-
-class IgnoresBelow(Arena):
-    """Takes `below` and drops it: nearest-the-anchor holes whatever the limit."""
-
-    def admit(self, owner, demand, shared=(), below=None):  # type: ignore[override]
-        return super().admit(owner, demand, shared)
-
-    def extend(self, owner, demand, below=None):  # type: ignore[override]
-        return super().extend(owner, demand)
 
 
 class BoolBelow(Arena):
