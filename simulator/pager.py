@@ -21,6 +21,8 @@ until the split column gets a token-granular window pool (SGLang's free-list cou
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from kvarena.reference.split import SplitPools
 from kvarena.spec.layout import Kind
 
@@ -126,7 +128,7 @@ class Pager:
             v[c].extend(vs)
         return 1 + (0 if transient else self.trim(rid))
 
-    def grow_one(self, rid: int, below: dict[str, int] | None = None) -> int:
+    def grow_one(self, rid: int, below: Mapping[str, int] | None = None) -> int:
         """One more full page (and one page per window class). Out-of-window pages go first (SGLang's
         ``alloc_for_decode_default`` runs ``maybe_evict_swa`` before allocating) with ``evict_first``, else
         after. ``below``: a placement limit for an engine that takes one (ceiling.py). Returns allocator calls."""

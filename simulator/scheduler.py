@@ -25,7 +25,7 @@ from __future__ import annotations
 import random
 import time
 from collections import defaultdict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from kvarena.reference.arena import Arena
 from kvarena.reference.invariants import check_all
@@ -229,22 +229,12 @@ class Scheduler:
 
     def checkpoint(self, r: _Req) -> None:
         """The tree takes ``r``'s state checkpoint after a prefill chunk (rules.mamba_radix_checkpoint_slots,
-        rules.mamba_chunk_checkpoints: the earlier ones stay, interior)."""
-        before, frees = self.ckpt.refused, self.ckpt.frees
+        rules.mamba_chunk_checkpoints: the earlier ones stay, interior). Its refusals and frees are counted by
+        ``self.ckpt`` and reported at the end of the run."""
         self.ckpt.take(r.rid, self.m.radix_state_slots)
-        self.res.checkpoints_refused += self.ckpt.refused - before
-        self.res.operations += self.ckpt.frees - frees
-
-    def state_room(self, slots: int) -> None:
-        """A state allocation of ``slots`` is due: interior checkpoints go while it does not fit (checkpoints.py)."""
-        frees = self.ckpt.frees
-        self.ckpt.make_room(slots)
-        self.res.operations += self.ckpt.frees - frees
 
     def drop_checkpoint(self, r: _Req) -> None:
-        before = self.ckpt.frees
         self.ckpt.drop(r.rid)  # unlocked: evictable, which SGLang counts as free
-        self.res.operations += self.ckpt.frees - before
 
     def retract(self, r: _Req) -> None:
         gen = max(0, self.t - r.dec_start - 1) if r.rid in self.decoding else 0  # this step's token is lost with it
@@ -304,7 +294,7 @@ class Scheduler:
         high = alloc.bands[self.pg.full]
         return PlacementLimit(high.top * high.page_bytes, high.page_bytes, window)
 
-    def placement_limit(self, r: _Req) -> dict[str, int] | None:
+    def placement_limit(self, r: _Req) -> Mapping[str, int] | None:
         """The window page ``r`` allocates now gets the full band's planned peak as its limit (ceiling.py),
         while admission is blocked."""
         lim, pg = self.limit, self.pg
@@ -314,7 +304,7 @@ class Scheduler:
         life = window_page_life(len(pg.vids[r.rid][lim.window]), keep, pg.slack[lim.window])
         running = ((len(pg.vids[x][pg.full]), -(-(q.orig_in + q.orig_cap) // pg.pt))
                    for x, q in self.active.items() if x in pg.vids)
-        return dict(lim.below(self.step, life, running))
+        return lim.below(self.step, life, running)
 
     def on_grow(self, r: _Req) -> None:
         below = self.placement_limit(r)
@@ -393,7 +383,7 @@ class Scheduler:
             target = r.done + c
             if first:
                 e = r.entry
-                self.state_room(self.pg.state_slots)  # its state slots may evict interior checkpoints
+                self.ckpt.make_room(self.pg.state_slots)  # its state slots may evict interior checkpoints
                 ops = self.with_wait(lambda t=target, e=e: pg.admit(
                     r.rid, t, m.transient_window, (r.input, r.cap), e.full if e else (),
                     e.state if e else None) or 1)
@@ -453,7 +443,7 @@ class Scheduler:
                 r.entry, r.done = e, e.tokens
             demand, reserve = self.admission_demand(r, budget), self.reserve_tokens(r)
             for c in self.pg.state:
-                self.state_room(demand[c])
+                self.ckpt.make_room(demand[c])
             if self.active and not self.pg.fits(demand, reserve) and not (
                     self.cache is not None and self.cache.evict_until(lambda d=demand, x=reserve: self.pg.fits(d, x))):
                 self.unlock(r)
@@ -626,6 +616,7 @@ class Scheduler:
         self.do_check()  # the end state, ledger empty
         s = self.alloc.stats
         res.admitted, res.steps, res.clock = s.admitted - self.ckpt.admitted, self.step, self.clock
+        res.checkpoints_refused, res.operations = self.ckpt.refused, res.operations + self.ckpt.frees
         res.moves, res.bytes_moved = {k: s.moves[k] for k in (2, 3)}, {k: s.bytes_moved[k] for k in (2, 3)}
         res.rung_used = dict(s.rung_used)
         res.mean_active = self.busy_clock / self.clock if self.clock else 0.0
