@@ -48,6 +48,7 @@ from kvarena.spec.errors import (
     check_below,
     check_ids,
     is_int,
+    state_slots_error,
 )
 from kvarena.spec.layout import Kind
 from kvarena.spec.models import ArenaConfig, chain, worst_case_demand
@@ -177,9 +178,7 @@ class GpuArena(BatchOps, MoveOps):
             if c in self._state_cols:
                 have = len(self.owners.entries(row, c)) if row is not None else 0
                 if have + n > cap:
-                    raise InvalidArgumentError(
-                        f"owner {owner!r} would hold {have + n} recurrent {cls!r} pages, more than recurrent_slots="
-                        f"{cap}; a request holds one state (raise ArenaConfig.recurrent_slots), or drop one first")
+                    raise state_slots_error(owner, have + n, cls, cap)
 
     def _below(self, below: Mapping[str, int] | None) -> dict[str, int] | None:
         """The placement limit ``below`` as limit slots per class; None for no limit (spec/arena.md §Placement
@@ -653,9 +652,7 @@ class GpuArena(BatchOps, MoveOps):
         have = len(self.owners.entries(row, self.cidx[cls])) if row is not None else 0
         cap = self.config.recurrent_slots
         if have + 1 > cap:
-            raise InvalidArgumentError(
-                f"owner {owner!r} would hold {have + 1} recurrent {cls!r} pages, more than recurrent_slots={cap}; "
-                "a request holds one state (raise ArenaConfig.recurrent_slots), or drop one first")
+            raise state_slots_error(owner, have + 1, cls, cap)
         plan = self.ladder.admission({cls: 1})
         (vid,) = self._apply(plan)[cls]
         copy_pages(self.mem.words, [int(self.vslot[src])], [int(self.vslot[vid])], self.bands[cls].page_bytes)

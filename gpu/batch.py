@@ -38,6 +38,7 @@ from kvarena.spec.errors import (
     DuplicateOwnerError,
     InvalidArgumentError,
     UnknownOwnerError,
+    state_slots_error,
 )
 
 _EMPTY = np.zeros(0, dtype=np.int64)
@@ -297,10 +298,8 @@ class BatchOps:
             for j, c in enumerate(cols):
                 have = len(self.owners.entries(int(rows[r]), c)) if rows[r] >= 0 else 0
                 if have + want[r, j] > cap:
-                    errors[r] = InvalidArgumentError(
-                        f"owner {self.owners.name(owners, r)!r} would hold {have + want[r, j]} recurrent "
-                        f"{self.order[c]!r} pages, more than recurrent_slots={cap}; a request holds one state "
-                        "(raise ArenaConfig.recurrent_slots), or drop one first")
+                    errors[r] = state_slots_error(self.owners.name(owners, r), int(have + want[r, j]),
+                                                  self.order[c], cap)
                     d[r] = 0
                     break
         return True

@@ -101,10 +101,16 @@ def check_state_slots(owner: str, held: Mapping[str, Sized] | None, demand: Mapp
     for cls, n in demand.items():
         have = len(held[cls]) if held is not None else 0
         if is_state(cls) and have + n > cap:
-            raise InvalidArgumentError(
-                f"owner {owner!r} would hold {have + n} recurrent {cls!r} pages, more than recurrent_slots="
-                f"{cap}; a request holds one state (raise ArenaConfig.recurrent_slots, e.g. 3 for SGLang's "
-                "extra_buffer mode), or drop one first")
+            raise state_slots_error(owner, have + n, cls, cap)
+
+
+def state_slots_error(owner: str, would_hold: int, cls: str, cap: int) -> InvalidArgumentError:
+    """The refusal of a state demand over the cap, one message for the reference and gpu/ (which checks
+    batched lanes itself and raises or records this per lane)."""
+    return InvalidArgumentError(
+        f"owner {owner!r} would hold {would_hold} recurrent {cls!r} pages, more than recurrent_slots="
+        f"{cap}; a request holds one state (raise ArenaConfig.recurrent_slots, e.g. 3 for SGLang's "
+        "extra_buffer mode), or drop one first")
 
 
 class UnknownOwnerError(ArenaError):
