@@ -3,11 +3,15 @@
 One concept per module, each importing only those above it in this list:
 
     arrivals.py     Arrival, and the arrival processes: trace, saturated, closed loop, Poisson; lengths
-    rules.py        SGLang 0.5.23's admission and retraction rules, one named function each, cited
+    rules.py        SGLang 0.5.23's admission and retraction rules, one named function each, cited, and
+                    SchedulerModel (the rules as options, SGLang's values by default)
     costmodel.py    StepWork and the H200 roofline that turns a step's work into modeled seconds
     pager.py        per-request page bookkeeping over an engine (tokens in, page demands out)
+    ceiling.py      the placement limit: the full band's planned peak while a new window page lives
+    checkpoints.py  the radix tree's per-chunk state checkpoints (unlocked, reclaimed by state allocations)
     prefix.py       the prefix (radix) cache model: entries share pages, copy state, evict when unlocked
-    scheduler.py    SchedulerModel (the rules as options, SGLang's values by default) and the step loop
+    result.py       RunResult, what one run measured
+    scheduler.py    the step loop: admission, prefill chunks, decode, retraction
     vllm_model.py   the vLLM-style pool model (one page size, state padded to a page)
     sglang_real.py  SGLang 0.5.23's real split and unified allocators (byte buffer on torch's meta device)
     vllm_real.py    vLLM 0.33.0's real KVCacheManager, configured by vLLM's own planning
@@ -21,8 +25,10 @@ One concept per module, each importing only those above it in this list:
     simulation.py   one workload through every configuration
     calibrate.py    fit a preset's budget on its published split figure
     plots.py        PNGs (matplotlib, imported inside its functions)
+    consistency.py  whether one budget reproduces a published pair (both columns over a grid of budgets)
 
 Adding an engine touches ``engines.py`` (a builder and an ``EngineKind``; a real engine's adapter in a module
-of its own); adding a rule touches ``rules.py`` and its option in
-``scheduler.py``. The commands (``kvarena/simulate.py``, ``kvarena/replay.py``) only parse and print.
+of its own); adding a rule touches ``rules.py`` (the rule and its option) and the step of ``scheduler.py`` that
+applies it. The commands (``kvarena/simulate.py``, ``kvarena/replay.py``) only parse and print.
+tests/fast/test_layering.py holds this list to the imports.
 """

@@ -2,8 +2,11 @@
 
 Where the published setup (budget, lengths, engine flags) is not known, the simulator does not guess a
 ``--mem-fraction``: it finds the budget at which the *split pools* reproduce the published split value
-of the preset's metric (bisection on the budget; the metric moves monotonically with it in these
-presets), and then the unified arena's value at that budget is a prediction. The one fitted constant of
+of the preset's metric (bisection on the budget), and then the unified arena's value at that budget is a
+prediction. The metric's trend is monotone in the budget, but a retraction count steps: on
+qwen3.5-4b-512-16k the split count wanders by ~20 per 1,000 around its trend, so the bisection lands on one
+of its crossings; consistency.py runs both columns over a grid of budgets and says whether any one budget
+reproduces the published pair. The one fitted constant of
 the cost model, ``costmodel.HBM_EFFICIENCY``, is found the same way on the split TTFT p50 of
 ``gpt-oss-20b-c1000`` (43 s), at that preset's fitted budget. Run it as
 
@@ -50,15 +53,25 @@ class Fit:
     wall_s: float
 
 
-def split_value(w: Workload, gib: float, page_size: int = 64, model: SchedulerModel | None = None,
-                hbm_efficiency: float = HBM_EFFICIENCY) -> float:
-    """The split pools' value of the preset's published metric at a budget of ``gib``."""
-    c = Configuration("split pools", "split")
+COLUMNS = {"split": "split pools", "unified": "unified arena"}  # the configurations a published pair compares
+
+
+def value(w: Workload, gib: float, kind: str = "split", page_size: int = 64, model: SchedulerModel | None = None,
+          hbm_efficiency: float = HBM_EFFICIENCY) -> float:
+    """The value of the preset's published metric at a budget of ``gib`` on the ``kind`` column (a key of
+    COLUMNS), built as ``kvarena simulate`` builds it."""
+    c = Configuration(COLUMNS[kind], kind)
     context = w.max_context()
     base = SchedulerModel(check_every=0, stall_steps=max(50_000, 4 * context)) if model is None else model
     alloc, m = build_configuration(c, w.model, int(gib * GiB), page_size, context, base)  # as a simulate column
     r = run(alloc, w.source(), c.label, m, cost=CostModel(preset(w.model), hbm_efficiency))
     return METRICS[w.published.metric](r)
+
+
+def split_value(w: Workload, gib: float, page_size: int = 64, model: SchedulerModel | None = None,
+                hbm_efficiency: float = HBM_EFFICIENCY) -> float:
+    """The split pools' value of the preset's published metric at a budget of ``gib``."""
+    return value(w, gib, "split", page_size, model, hbm_efficiency)
 
 
 def _bisect(above: Callable[[float], bool], lo: float, hi: float, tol: float, digits: int) -> tuple[float, int]:

@@ -19,6 +19,7 @@ count too.
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,6 +57,13 @@ def _under(module: str, prefix: str) -> bool:
     return module == prefix or module.startswith(prefix + ".")
 
 
+def _is_package(mod: str) -> bool:
+    """``kvarena`` or a package of it (``kvarena.X.Y`` lives in the folder ``X/Y``)."""
+    if mod == "kvarena":
+        return True
+    return mod.startswith("kvarena.") and (ROOT / mod.split(".", 1)[1].replace(".", "/")).is_dir()
+
+
 def imported_modules(source: str, package: str) -> list[tuple[int, str]]:
     """(line, absolute module) for every import in ``source``, a module of ``package``."""
     out: list[tuple[int, str]] = []
@@ -70,8 +78,10 @@ def imported_modules(source: str, package: str) -> list[tuple[int, str]]:
             else:
                 mod = node.module or ""
             out.append((node.lineno, mod))
-            # `from kvarena import reference` imports kvarena.reference
-            out.extend((node.lineno, f"{mod}.{alias.name}") for alias in node.names if mod == "kvarena")
+            # `from kvarena import reference` imports kvarena.reference, `from kvarena.simulator import rules`
+            # kvarena.simulator.rules: a name imported from a package may be a module of it
+            if _is_package(mod):
+                out.extend((node.lineno, f"{mod}.{alias.name}") for alias in node.names)
     return out
 
 
@@ -133,7 +143,7 @@ def test_checker_flags_synthetic_violations() -> None:
     bad = violations(BAD_SPEC, "kvarena.spec", spec)
     flagged = {b.split(" imports ")[1].split()[0].rstrip(";") for b in bad}
     assert flagged == {"torch", "kvarena.reference.arena", "kvarena.cli", "kvarena.reference", "numpy",
-                       "triton"}
+                       "triton", "kvarena.reference.bands"}
     assert not any("kvarena.spec.errors" in b for b in bad)  # the relative import within spec is fine
 
 
@@ -157,7 +167,7 @@ def test_checker_rules_per_folder() -> None:
 
 
 def test_relative_import_resolution() -> None:
-    assert imported_modules("from . import a", "kvarena.spec") == [(1, "kvarena.spec")]
+    assert imported_modules("from . import a", "kvarena.spec") == [(1, "kvarena.spec"), (1, "kvarena.spec.a")]
     assert imported_modules("from .b import c", "kvarena.spec") == [(1, "kvarena.spec.b")]
     assert imported_modules("from ..gpu.k import c", "kvarena.reference") == [(1, "kvarena.gpu.k")]
     assert package_of(ROOT / "reference" / "arena.py", "reference") == "kvarena.reference"
@@ -211,6 +221,38 @@ def test_simulator_has_no_import_cycle() -> None:
     graph = simulator_graph()
     assert len(graph) >= 10
     assert not import_cycle(graph), " -> ".join(import_cycle(graph))
+
+
+def listed_order(doc: str) -> list[str]:
+    """The modules a package docstring lists, one ``name.py`` per line, in their order."""
+    return [m.group(1) for m in re.finditer(r"^ {4}(\w+)\.py\s", doc, re.MULTILINE)]
+
+
+def order_violations(order: list[str], graph: dict[str, set[str]], package: str) -> list[str]:
+    """Each listed module imports only modules listed above it; every module of the graph is listed."""
+    bad = [f"{m}.py is not in the package's list" for m in sorted(g.rsplit(".", 1)[1] for g in graph
+                                                                   if g != package) if m not in order]
+    for i, m in enumerate(order):
+        later = sorted(d.rsplit(".", 1)[1] for d in graph.get(f"{package}.{m}", ())
+                       if d.rsplit(".", 1)[1] in order[i:])
+        bad += [f"{m}.py imports {d}.py, listed below it" for d in later]
+    return bad
+
+
+def test_simulator_modules_import_only_those_listed_above_them() -> None:
+    """simulator/__init__.py's docstring promises an order a reader can follow top down."""
+    doc = (ROOT / "simulator" / "__init__.py").read_text(encoding="utf-8")
+    order = listed_order(doc)
+    assert len(order) >= 20 and order[0] == "arrivals"
+    bad = order_violations(order, simulator_graph(), "kvarena.simulator")
+    assert not bad, "\n".join(bad)
+    # the check can fail: a planted upward import and an unlisted module are both reported
+    planted = {**simulator_graph(), "kvarena.simulator.arrivals": {"kvarena.simulator.scheduler"},
+               "kvarena.simulator.extra": set()}
+    assert set(order_violations(order, planted, "kvarena.simulator")) == {
+        "arrivals.py imports scheduler.py, listed below it", "extra.py is not in the package's list"}
+    # and `from kvarena.simulator import calibrate` counts as importing calibrate
+    assert "kvarena.simulator.calibrate" in simulator_graph()["kvarena.simulator.consistency"]
 
 
 def test_cycle_finder_finds_a_planted_cycle() -> None:
