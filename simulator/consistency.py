@@ -170,8 +170,10 @@ def markdown(r: Report) -> str:
                      f"{u.split / r.published_split - 1:+.1%} from the published split). The two fits are "
                      f"{abs(gap):.2f} GiB ({abs(gap) / s.gib:.0%}) apart.")
     else:
+        best = min(r.points, key=lambda p: abs(p.unified - r.published_unified))
         lines.append(f"Fitted on the split figure: {s.gib:.2f} GiB (ratio {s.ratio:.3f}); the unified column never "
-                     f"reaches {r.published_unified:g} on this grid.")
+                     f"reaches {r.published_unified:g} on this grid (nearest: {best.unified:,.1f} at {best.gib:.2f} "
+                     f"GiB, where the split value is {best.split:,.1f}).")
     good = [p.gib for p in r.points if r.reproduces(p)]
     lines.append(f"**One budget reproduces the pair** (split within {SPLIT_TOL:.0%}, ratio within {RATIO_TOL:.0%}): "
                  + (f"yes, at {', '.join(f'{g:.2f}' for g in good)} GiB." if good else "no budget on this grid."))

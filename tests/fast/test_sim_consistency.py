@@ -63,3 +63,13 @@ def test_only_budget_fitted_memory_metrics_take_part() -> None:
     with pytest.raises(ValueError, match="not fitted on a memory metric"):
         C.check(workload("gpt-oss-20b-c1000"), jobs=1)  # a latency metric: the cost model's fit
     assert C.grid(10.0, 5) == [5.0, 6.88, 8.75, 10.0, 10.62, 12.5]
+
+
+def test_a_figure_the_unified_column_never_reaches_is_said_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The unified count plateaus below the published figure (as 512/16K's does at ~220 of 233)."""
+    _curves(monkeypatch, lambda g: 294 + 10 * (30.6 - g), lambda g: min(220.0, 118 + 10 * (30.6 - g)))
+    w = replace(W, calibration=Calibration(30.6, "stand-in"), published=Published("retractions_per_1k", 233, 294, ""))
+    r = C.check(w, points=9, jobs=1)
+    assert "unified" not in r.fitted and not r.consistent
+    text = C.markdown(r)
+    assert "never reaches 233 on this grid (nearest: 220.0 at" in text and "no budget on this grid" in text
