@@ -23,6 +23,8 @@ interquartile range.
 * **compaction** of K holes (``compact()``, host planning plus the CPU copies of tiny pages), per moved page, on
   one arena per K that is fragmented, compacted and freed again every repetition (its memory touched, as an
   engine's arena is after warm-up: a fresh arena per repetition times page faults, not the allocator).
+* **decode step under a placement limit**: ``extend_batch`` of N owners by one window page each into 2N holes,
+  without and with ``below`` (spec §Placement limit), interleaved.
 * **relayout** of a float band (toy-tri): the float pages a stand-alone ``relayout`` moves, per moved page.
 * **translate_tokens** of 1e5 ids into a preallocated ``out``.
 * launches (table scatters, zero and move launches) and uploads (staged copies) per call.
@@ -200,6 +202,54 @@ def compaction_rows(model: str, ks: list[int], reps: int) -> list[str]:
     return rows
 
 
+class HoleStep:
+    """N owners, each to get one window page from ``extend_batch``, on an arena whose window band has 2N holes
+    between live pages (4N admitted, every other one freed), and the limit 3/4 up the window span."""
+
+    def __init__(self, config: object, n: int) -> None:
+        from kvarena.gpu.allocator import make
+
+        self.gpu = make(config)
+        k, win = len(self.gpu.order), self.gpu.order[0]
+        assert self.gpu.bands[win].role.value == "low", f"{win}: the limit section needs the window band low"
+        live = [f"l{i}" for i in range(4 * n)]
+        one = np.zeros((4 * n, k), dtype=np.int64)
+        one[:, 0] = 1
+        self.gpu.admit_batch(live, one)
+        self.gpu.free_batch(live[::2])  # 2n holes, each between two live pages: the order picks which n
+        band = self.gpu.bands[win]
+        # 3/4 up the span: 1.5N holes under it, so the N nearest it are not the N nearest the anchor
+        self.below = {win: (band.lo + 3 * (band.hi - band.lo) // 4) * band.page_bytes}
+        self.owners, self.empty, self.demand = [f"o{i}" for i in range(n)], np.zeros((n, k), dtype=np.int64), one[:n]
+        self.rows = self.gpu.admit_batch(self.owners, self.empty).rows
+
+    def step(self, limit: dict[str, int] | None) -> float:
+        t0 = time.perf_counter()
+        r = self.gpu.extend_batch(self.rows, self.demand, below=limit)
+        t = time.perf_counter() - t0
+        assert not r.errors and not r.plans, "the step did not place every page in rung 1's batch"
+        self.last_slots = r.slots.copy()
+        self.gpu.free_batch(self.rows)  # untimed: the n pages are holes again, the owners empty
+        self.rows = self.gpu.admit_batch(self.owners, self.empty).rows
+        return t
+
+
+def limit_rows(config: object, ns: list[int], reps: int, rng: random.Random) -> list[str]:
+    """A decode step that reuses window holes, without and with a placement limit (spec §Placement limit): with
+    the limit rung 1 takes the holes nearest it first instead of those nearest the anchor. Interleaved."""
+    rows = []
+    for n in ns:
+        h = HoleStep(config, n)
+        h.step(None)
+        anchor = h.last_slots
+        h.step(h.below)
+        assert sorted(anchor) != sorted(h.last_slots), "the limit did not change which holes were taken"
+        samples = _interleave({"none": lambda h=h: h.step(None), "limit": lambda h=h: h.step(h.below)}, reps, rng)
+        a, b = _stats(samples["none"]), _stats(samples["limit"])
+        rows.append(f"| {n:,} | {_fmt(*a)} | {_fmt(*b)} | {b[0] / a[0]:.2f}x |")
+    return rows
+
+
 def relayout_rows(extras: list[int], reps: int) -> list[str]:
     """Stand-alone ``relayout`` of a float band (toy-tri, 8 MiB: 4,096 live window pages in one run at their
     hint) for a high-band demand ``extra`` pages past the room above the float: the float moves down, its pages
@@ -291,6 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     rows, summary = decode_rows(config, ns, reps, rng)
     comp = compaction_rows(args.model, ks, max(3, reps // 3))
     rel = relayout_rows([200] if args.smoke else [500, 2000], max(3, reps // 3))
+    lim = limit_rows(config, ns, reps, rng)
     tr = translate_row(config, 10_000 if args.smoke else 100_000, reps)
     big = max(ns)
     verdicts = [f"- extend_batch at {m:,} requests / at 16: {summary[m]['gpu'] / summary[16]['gpu']:.2f}x "
@@ -325,6 +376,12 @@ def main(argv: list[str] | None = None) -> int:
         *rows,
         "",
         *verdicts,
+        "",
+        "## Decode step: N window pages into 2N holes, without and with a placement limit (`extend_batch(..., below=)`)",
+        "",
+        "| requests N | no limit µs | limit 3/4 up the window span µs | with / without |",
+        "|---:|---:|---:|---:|",
+        *lim,
         "",
         "## Compaction of K holes (`compact()`: planning, host state, CPU copies of 128 B pages; warm arena)",
         "",

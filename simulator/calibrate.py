@@ -53,7 +53,10 @@ class Fit:
     wall_s: float
 
 
-COLUMNS = {"split": "split pools", "unified": "unified arena"}  # the configurations a published pair compares
+# The configurations a published pair compares (engines.ENGINES kind -> column label, as kvarena simulate names
+# them): kvarena's two, and SGLang's real allocators when the sglang extra is installed.
+COLUMNS = {"split": "split pools", "unified": "unified arena", "sglang-split": "SGLang split pools",
+           "sglang-unified": "SGLang unified"}
 
 
 def value(w: Workload, gib: float, kind: str = "split", page_size: int = 64, model: SchedulerModel | None = None,

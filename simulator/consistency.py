@@ -39,8 +39,8 @@ MEMORY_METRICS = ("max_active", "mean_active", "retractions_per_1k")
 @dataclass(frozen=True)
 class Point:
     gib: float
-    split: float
-    unified: float
+    split: float  # the split column's value (Report.columns[0])
+    unified: float  # the unified column's value (Report.columns[1])
 
     @property
     def ratio(self) -> float:
@@ -54,7 +54,8 @@ class Report:
     published_split: float
     published_unified: float
     points: tuple[Point, ...]  # by budget, the two fits' budgets included
-    fitted: dict[str, float]  # column -> the budget fitted on that column's published figure
+    fitted: dict[str, float]  # "split" / "unified" -> the budget fitted on that published figure
+    columns: tuple[str, str] = ("split", "unified")  # the engines (calibrate.COLUMNS keys) run as the two
 
     @property
     def published_ratio(self) -> float:
@@ -79,9 +80,9 @@ def grid(center: float, points: int, lo: float = 0.5, hi: float = 1.25) -> list[
     return sorted({round(center * (lo + i * step), 2) for i in range(points)} | {round(center, 2)})
 
 
-def _point(args: tuple[Workload, float]) -> Point:
-    w, gib = args
-    return Point(gib, _value(w, gib, "split"), _value(w, gib, "unified"))
+def _point(args: tuple[Workload, float, tuple[str, str]]) -> Point:
+    w, gib, (split, unified) = args
+    return Point(gib, _value(w, gib, split), _value(w, gib, unified))
 
 
 def _value(w: Workload, gib: float, kind: str) -> float:
@@ -118,14 +119,23 @@ def fit_in_bracket(f: Callable[[float], float], target: float, points: Sequence[
     return hi
 
 
-def check(w: Workload, points: int = 9, jobs: int = 2, progress: Callable[[str], None] | None = None) -> Report:
+def check(w: Workload, points: int = 9, jobs: int = 2, progress: Callable[[str], None] | None = None,
+          columns: tuple[str, str] = ("split", "unified")) -> Report:
     """Both columns over a grid of budgets around the preset's fitted one, and the budget fitted on each
-    published figure."""
+    published figure. ``columns``: the split and the unified engine (``sglang-split`` / ``sglang-unified``: SGLang's
+    own allocators, the sglang extra)."""
     if w.calibration is None or w.published is None or w.published.metric not in MEMORY_METRICS:
         raise ValueError(f"{w.name}: its budget is not fitted on a memory metric (one of {MEMORY_METRICS})")
+    from kvarena.simulator.engines import ENGINES
+
+    for c in columns:
+        if c not in calibrate.COLUMNS:
+            raise ValueError(f"column {c!r}: choose one of {', '.join(calibrate.COLUMNS)}")
+        if (why := ENGINES[c].missing()) is not None:
+            raise ValueError(f"column {c!r}: {why}")
     say = progress or (lambda _: None)
     budgets = grid(w.calibration.gib, points)
-    work = [(w, g) for g in budgets]
+    work = [(w, g, columns) for g in budgets]
     if jobs > 1:
         with ProcessPoolExecutor(max_workers=jobs) as pool:
             found = {p.gib: p for p in pool.map(_point, work)}
@@ -134,24 +144,23 @@ def check(w: Workload, points: int = 9, jobs: int = 2, progress: Callable[[str],
     say(f"{w.name}: {len(budgets)} budgets x 2 columns")
     falling = w.published.metric == "retractions_per_1k"
     fitted = {"split": w.calibration.gib}
-    for kind in ("unified",):
-        target = w.published.unified
-        curve = [(g, getattr(found[g], kind)) for g in budgets]
-        g = fit_in_bracket(lambda x, k=kind: _value(w, x, k), target, curve, w.calibration.gib, falling)
-        if g is not None:
-            fitted[kind] = g
-            if g not in found:
-                found[g] = _point((w, g))
-        say(f"{w.name}: budget fitted on the published {kind} figure: {g}")
+    curve = [(g, found[g].unified) for g in budgets]
+    g = fit_in_bracket(lambda x: _value(w, x, columns[1]), w.published.unified, curve, w.calibration.gib, falling)
+    if g is not None:
+        fitted["unified"] = g
+        if g not in found:
+            found[g] = _point((w, g, columns))
+    say(f"{w.name}: budget fitted on the published unified figure ({columns[1]}): {g}")
     return Report(w.name, w.published.metric, w.published.split, w.published.unified,
-                  tuple(found[g] for g in sorted(found)), fitted)
+                  tuple(found[g] for g in sorted(found)), fitted, columns)
 
 
 def markdown(r: Report) -> str:
     """The report as a table and its verdict."""
+    split, unified = (calibrate.COLUMNS[c] for c in r.columns)
     lines = [f"### {r.workload} ({r.metric}; published {r.published_unified:g} vs {r.published_split:g}, "
              f"ratio {r.published_ratio:.2f})", "",
-             "| budget (GiB) | split | unified | ratio | split vs published | ratio vs published | |",
+             f"| budget (GiB) | {split} | {unified} | ratio | split vs published | ratio vs published | |",
              "|---:|---:|---:|---:|---:|---:|---|"]
     for p in r.points:
         tags = [f"fitted on {k}" for k, g in r.fitted.items() if g == p.gib]
@@ -187,8 +196,8 @@ def plot(r: Report, out_dir: Path) -> Path:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4))
     gs = [p.gib for p in r.points]
-    for kind, color in (("split", "tab:orange"), ("unified", "tab:blue")):
-        ax.plot(gs, [getattr(p, kind) for p in r.points], "o-", color=color, label=f"{calibrate.COLUMNS[kind]}")
+    for kind, column, color in (("split", r.columns[0], "tab:orange"), ("unified", r.columns[1], "tab:blue")):
+        ax.plot(gs, [getattr(p, kind) for p in r.points], "o-", color=color, label=calibrate.COLUMNS[column])
         ax.axhline(getattr(r, f"published_{kind}"), color=color, ls="--", lw=1, label=f"published {kind}")
         if kind in r.fitted:
             ax.axvline(r.fitted[kind], color=color, ls=":", lw=1)
@@ -197,7 +206,8 @@ def plot(r: Report, out_dir: Path) -> Path:
     ax.set_title(f"{r.workload}: one budget for both published figures?")
     ax.legend(fontsize=8)
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"consistency-{r.workload}.png"
+    suffix = "" if r.columns == ("split", "unified") else "-" + "-".join(r.columns)
+    path = out_dir / f"consistency-{r.workload}{suffix}.png"
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -211,12 +221,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--points", type=int, default=9, help="grid budgets, 0.5x to 1.25x the fitted one (default 9)")
     p.add_argument("--jobs", type=int, default=2, help="local processes for the grid (default 2)")
     p.add_argument("--plot", type=Path, metavar="DIR", help="also write consistency-NAME.png there")
+    p.add_argument("--split-column", default="split", choices=["split", "sglang-split"],
+                   help="the split engine: kvarena's split pools (default) or SGLang's own (the sglang extra)")
+    p.add_argument("--unified-column", default="unified", choices=["unified", "sglang-unified"],
+                   help="the unified engine: kvarena's arena (default) or SGLang's own unified allocator")
     args = p.parse_args(argv)
     names = args.workloads or [n for n, w in PRESET_WORKLOADS.items() if w.calibration is not None and w.published
                                is not None and w.published.metric in MEMORY_METRICS]
     for name in names:
         t0 = time.perf_counter()
-        r = check(workload(name), args.points, args.jobs, progress=lambda s: print(s, file=sys.stderr, flush=True))
+        r = check(workload(name), args.points, args.jobs, progress=lambda s: print(s, file=sys.stderr, flush=True),
+                  columns=(args.split_column, args.unified_column))
         print(markdown(r), f"\n({time.perf_counter() - t0:.0f} s)\n", flush=True)
         if args.plot:
             print(f"wrote {plot(r, args.plot)}", file=sys.stderr)

@@ -34,3 +34,5 @@ def test_host_cost_smoke() -> None:
     out = _run("bench/host_cost.py", "--smoke", timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "extend_batch" in out.stdout and "| 256 |" in out.stdout
+    # the placement-limit section ran its own checks (every page in rung 1's batch, other holes taken with it)
+    assert "without and with a placement limit" in out.stdout

@@ -14,6 +14,7 @@ from dataclasses import replace
 import pytest
 
 from kvarena.simulator import consistency as C
+from kvarena.simulator import engines
 from kvarena.simulator.workloads import Calibration, Published, workload
 
 W = workload("qwen3.5-4b-512-16k")
@@ -73,3 +74,14 @@ def test_a_figure_the_unified_column_never_reaches_is_said_so(monkeypatch: pytes
     assert "unified" not in r.fitted and not r.consistent
     text = C.markdown(r)
     assert "never reaches 233 on this grid (nearest: 220.0 at" in text and "no budget on this grid" in text
+
+
+def test_the_columns_are_named_and_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SGLang's own allocators can stand in for kvarena's columns; an unknown column is refused up front."""
+    with pytest.raises(ValueError, match="column 'arena': choose one of split, unified"):
+        C.check(W, jobs=1, columns=("split", "arena"))
+    _curves(monkeypatch, lambda g: 294.0, lambda g: 233.0)
+    installed = {k: replace(v, missing=lambda: None) for k, v in engines.ENGINES.items()}  # as if the extra were
+    monkeypatch.setattr(engines, "ENGINES", installed)
+    r = C.check(W, points=3, jobs=1, columns=("sglang-split", "sglang-unified"))
+    assert "| budget (GiB) | SGLang split pools | SGLang unified |" in C.markdown(r)
