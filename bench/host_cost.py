@@ -377,7 +377,8 @@ def main(argv: list[str] | None = None) -> int:
         "",
         *verdicts,
         "",
-        "## Decode step: N window pages into 2N holes, without and with a placement limit (`extend_batch(..., below=)`)",
+        "## Decode step: N window pages into 2N holes, without and with a placement limit "
+        "(`extend_batch(..., below=)`)",
         "",
         "| requests N | no limit µs | limit 3/4 up the window span µs | with / without |",
         "|---:|---:|---:|---:|",
