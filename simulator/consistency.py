@@ -5,12 +5,16 @@ the prediction misses, there are two readings: the model's unified column is wro
 a budget (or flags) at which the split figure alone does not pin the pair. This module tells them apart. It
 runs both columns over a grid of budgets, fits the budget on each published figure in turn (bisection inside
 the grid bracket nearest the split fit, so the two fits are as close as the curves allow), and says whether
-any budget has the split value within ``SPLIT_TOL`` of the published split figure *and* the ratio within 25 %
-of the published ratio. If none has, no single budget reproduces the pair under these rules: reaching it
+any budget has the split value within 10 % (``SPLIT_TOL``) of the published split figure *and* the ratio
+within 25 % of the published ratio. If none has, no single budget reproduces the pair under these rules: reaching it
 would take a second fitted number for that row, which the simulator does not do.
 
     python -m kvarena.simulator.consistency qwen3.5-4b-512-16k --jobs 2 [--plot DIR]
     python -m kvarena.simulator.consistency                   # every preset fitted on a budget
+    python -m kvarena.simulator.consistency qwen3.5-4b-512-16k --split-column sglang-split \
+        --unified-column sglang-unified                         # SGLang's own allocators as the columns
+
+A preset takes 1-3 minutes on 2 cores (9 budgets x 2 columns, then the bisection).
 
 Only presets whose budget was fitted (``Workload.calibration``) on a metric that moves with memory (most or
 mean running requests, retractions) take part; a latency metric moves with the cost model instead.
@@ -29,7 +33,7 @@ from pathlib import Path
 
 from kvarena.simulator import calibrate
 from kvarena.simulator.workloads import PRESET_WORKLOADS, Workload, workload
-from kvarena.spec.errors import CapacityTooSmallError
+from kvarena.spec.errors import CapacityTooSmallError, ConfigError
 
 SPLIT_TOL = 0.10  # how near the published split figure a budget's split value must be to count as "fitted"
 RATIO_TOL = 0.25  # the README table's "ratio within 25 %"
@@ -228,10 +232,16 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     names = args.workloads or [n for n, w in PRESET_WORKLOADS.items() if w.calibration is not None and w.published
                                is not None and w.published.metric in MEMORY_METRICS]
+    if args.points < 2:
+        p.error("--points must be at least 2")
     for name in names:
         t0 = time.perf_counter()
-        r = check(workload(name), args.points, args.jobs, progress=lambda s: print(s, file=sys.stderr, flush=True),
-                  columns=(args.split_column, args.unified_column))
+        try:
+            r = check(workload(name), args.points, args.jobs, columns=(args.split_column, args.unified_column),
+                      progress=lambda s: print(s, file=sys.stderr, flush=True))
+        except (ConfigError, ValueError) as e:
+            print(f"consistency: {e}", file=sys.stderr)
+            return 2
         print(markdown(r), f"\n({time.perf_counter() - t0:.0f} s)\n", flush=True)
         if args.plot:
             print(f"wrote {plot(r, args.plot)}", file=sys.stderr)

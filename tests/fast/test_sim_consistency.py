@@ -85,3 +85,11 @@ def test_the_columns_are_named_and_checked(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr(engines, "ENGINES", installed)
     r = C.check(W, points=3, jobs=1, columns=("sglang-split", "sglang-unified"))
     assert "| budget (GiB) | SGLang split pools | SGLang unified |" in C.markdown(r)
+
+
+def test_the_command_refuses_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert C.main(["no-such-preset"]) == 2
+    assert C.main(["gpt-oss-20b-c1000"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("consistency: unknown workload 'no-such-preset'; choose one of")
+    assert "not fitted on a memory metric" in err[1]
