@@ -147,7 +147,7 @@ def check(w: Workload, points: int = 9, jobs: int = 2, progress: Callable[[str],
         found = {p.gib: p for p in map(_point, work)}
     say(f"{w.name}: {len(budgets)} budgets x 2 columns")
     falling = w.published.metric == "retractions_per_1k"
-    fitted = {"split": w.calibration.gib}
+    fitted = {"split": round(w.calibration.gib, 2)}  # the grid's own point for the preset's budget
     curve = [(g, found[g].unified) for g in budgets]
     g = fit_in_bracket(lambda x: _value(w, x, columns[1]), w.published.unified, curve, w.calibration.gib, falling)
     if g is not None:

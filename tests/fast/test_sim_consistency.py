@@ -57,6 +57,8 @@ def test_a_pair_that_meets_at_a_budget_is_reproduced(monkeypatch: pytest.MonkeyP
     w = replace(W, calibration=Calibration(30.6, "stand-in"), published=Published("retractions_per_1k", 233, 294, ""))
     r = C.check(w, points=9, jobs=1)
     assert r.consistent and r.reproduces(r.at(30.6))
+    odd = C.check(replace(w, calibration=Calibration(30.6049, "three decimals")), points=3, jobs=1)
+    assert odd.at(odd.fitted["split"]).gib == 30.6  # the preset's budget is a point of its own grid
     assert "reproduces the pair" in C.markdown(r) and "yes, at" in C.markdown(r)
 
 
