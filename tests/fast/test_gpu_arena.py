@@ -44,13 +44,15 @@ def test_views_alias_the_right_bytes(model: str, capacity: int, page_size: int) 
             if not n_entries or (i > 3 and i != len(layout.slots) - 1):  # bytes: first rows and the last
                 continue
             e = n_entries - 1 if i == 0 else rng.randrange(n_entries)  # the padding entry, then any
-            before = a.raw.clone()
+            # The arena starts zeroed and every noise byte is nonzero, so "exactly these bytes changed" is a
+            # count of nonzero bytes plus the window's contents: a reduction, where a clone and a diff of a
+            # 1.7 GiB arena took most of a minute.
             noise = torch.randint(1, 255, (slot.row.nbytes,), dtype=torch.uint8)
             v[e] = noise.view(v.dtype).view(v.shape[1:])
             lo = e * layout.entry_bytes + slot.offset
-            changed = (a.raw != before).nonzero().flatten()
-            assert changed.numel() and lo <= int(changed.min()) and int(changed.max()) < lo + slot.row.nbytes
             assert torch.equal(a.raw[lo:lo + slot.row.nbytes], noise)
+            assert int(torch.count_nonzero(a.raw)) == slot.row.nbytes
+            a.raw[lo:lo + slot.row.nbytes] = 0
 
 
 def test_tags_round_trip_through_every_dtype() -> None:
