@@ -157,3 +157,20 @@ def test_content_transport_lemmas() -> None:
     partial-layer move breaks the second (the lemma can fail)."""
     assert H.prove_content_transport() == {"hand-out zeroes": "unsat", "move carries every row": "unsat"}
     assert H.prove_content_transport("partial-layer-move")["move carries every row"] == "sat"
+
+
+def test_an_unknown_under_every_seed_stays_unknown(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The seed retries can turn unknown into a proof, never into a pass: a query Z3 cannot settle in 1 ms
+    is tried under every seed and comes back unknown, with no model."""
+    import z3
+
+    from kvarena.proofs import ladder_sized as LS
+
+    seeds: list[int] = []
+    real_set = z3.Solver.set
+    monkeypatch.setattr(z3.Solver, "set", lambda s, **kw: (seeds.append(kw["random_seed"]), real_set(s, **kw)))
+    x, y, z = z3.Ints("x y z")
+    hard = [x > 0, y > 0, z > 0, x * x * x + y * y * y == z * z * z]  # Fermat n = 3: beyond a 1 ms search
+    r, model = LS._solve(hard, 1)
+    assert r == z3.unknown and model is None and seeds == list(LS.RETRY_SEEDS)
+    assert LS._solve([x > 0, x < 0], 1_000)[0] == z3.unsat  # a settled query stops at the first seed
