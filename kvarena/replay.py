@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import multiprocessing
 import sys
 import time
 from collections.abc import Callable
@@ -65,25 +66,35 @@ class Metrics:
 
 
 class Progress:
-    """One carriage-return line on a TTY (at most 10 updates a second), else lines at 25 / 50 / 75 %."""
+    """On a TTY one carriage-return line holding every side in flight (at most 10 updates a second), else
+    lines at 25 / 50 / 75 % per side."""
 
     def __init__(self, stream=None) -> None:
         self.stream = stream if stream is not None else sys.stderr
-        self.tty, self._last, self._quarter = self.stream.isatty(), 0.0, 0
+        self.tty, self._last = self.stream.isatty(), 0.0
+        self._quarter: dict[str, int] = {}
+        self._shown: dict[str, tuple[int, int, int, int]] = {}  # label -> (done, total, step, active)
 
     def __call__(self, label: str, done: int, total: int, step: int, active: int) -> None:
-        if self.tty and (time.monotonic() - self._last >= 0.1 or done == total):
-            self._last = time.monotonic()
-            end = "\n" if done == total else ""
-            self.stream.write(f"\r{label:<14} {100 * done // total:3d}%  {done:,}/{total:,} requests done  "
-                              f"step {step:,}  active {active:,}   {end}")
-            self.stream.flush()
-        elif not self.tty and total > done and done * 4 >= (self._quarter + 1) * total:
-            self._quarter = 4 * done // total
-            print(f"{label}: {25 * self._quarter}% ({done:,}/{total:,} requests, step {step:,})",
+        if self.tty:
+            self._shown[label] = (done, total, step, active)
+            finished = all(d == t for d, t, _, _ in self._shown.values())
+            if time.monotonic() - self._last >= 0.1 or finished:
+                self._last = time.monotonic()
+                line = " | ".join(f"{lbl} {100 * d // t:3d}% {d:,}/{t:,} done, step {s:,}, active {a:,}"
+                                  for lbl, (d, t, s, a) in self._shown.items())
+                self.stream.write(f"\r{line}   " + ("\n" if finished else ""))
+                self.stream.flush()
+                if finished:
+                    self._shown.clear()
+            return
+        quarter = self._quarter.get(label, 0)
+        if total > done and done * 4 >= (quarter + 1) * total:
+            self._quarter[label] = 4 * done // total
+            print(f"{label}: {25 * self._quarter[label]}% ({done:,}/{total:,} requests, step {step:,})",
                   file=self.stream, flush=True)
         if done == total:
-            self._quarter = 0
+            self._quarter.pop(label, None)
 
 
 def replay(alloc: Arena, trace: list[Arrival], label: str, check_every: int = DEFAULT_CHECK_EVERY,
@@ -99,14 +110,77 @@ def replay(alloc: Arena, trace: list[Arrival], label: str, check_every: int = DE
                    r.bytes_moved, r.rung_used, r.peak_utilization, r.invariant_checks, r.operations, r.wall_s)
 
 
+SIDES = (("unified arena", Arena), ("split pools", SplitPools))
+
+
 def compare(config: ArenaConfig, seed: int = 0, scale: float = 1.0, check_every: int = DEFAULT_CHECK_EVERY,
-            progress: Callable[[str, int, int, int, int], None] | None = None
+            progress: Callable[[str, int, int, int, int], None] | None = None, jobs: int = 2
             ) -> tuple[list[Arrival], list[Metrics]]:
-    """The same trace through the unified arena and the split pools."""
+    """The same trace through the unified arena and the split pools. With ``jobs`` >= 2 the split side runs
+    in a child process while this one runs the unified side: the sides share nothing, so the metrics are the
+    same as one after the other (tested), in about half the wall time on two cores."""
     trace = build_trace(config, seed, scale)
-    results = [replay(kind(config), trace, label, check_every, progress, seed)
-               for kind, label in ((Arena, "unified arena"), (SplitPools, "split pools"))]
-    return trace, results
+    if jobs < 2:
+        return trace, [replay(kind(config), trace, label, check_every, progress, seed) for label, kind in SIDES]
+    # fork where there is one: the child starts at once, without pickling the trace or re-importing
+    ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
+    events = ctx.SimpleQueue()
+    (label_a, kind_a), (label_b, _) = SIDES
+    child = ctx.Process(target=_side, args=(1, config, trace, check_every, seed, events, progress is not None),
+                        name=f"kvarena replay: {label_b}", daemon=True)
+    child.start()
+    other: list = []
+
+    def drain() -> None:  # the child's progress, shown by this process; its result kept for below
+        while not other and not events.empty():
+            kind, payload = events.get()
+            if kind == "progress":
+                progress(*payload)
+            else:
+                other.append((kind, payload))
+
+    def local(*a) -> None:
+        progress(*a)
+        drain()
+
+    try:
+        mine = replay(kind_a(config), trace, label_a, check_every, local if progress else None, seed)
+        while not other:
+            if events.empty():
+                if not child.is_alive() and events.empty():
+                    raise RuntimeError(f"kvarena replay: the {label_b} process died (exit code {child.exitcode}) "
+                                       "before it reported; rerun with --jobs 1 to see its error here")
+                time.sleep(0.02)
+            drain()
+    finally:
+        if child.is_alive() and not other:
+            child.terminate()  # this side failed: the other side's result is not needed
+        child.join()
+    kind, payload = other[0]
+    if kind == "error":
+        raise payload
+    return trace, [mine, payload]
+
+
+def _side(index: int, config: ArenaConfig, trace: list[Arrival], check_every: int, seed: int, events,
+          report: bool) -> None:
+    """One side of ``compare`` in a child process; progress at each whole percent, then its Metrics or error."""
+    label, kind = SIDES[index]
+    last = [-1]
+
+    def progress(lbl: str, done: int, total: int, step: int, active: int) -> None:
+        pct = 100 * done // total
+        if pct != last[0]:
+            last[0] = pct
+            events.put(("progress", (lbl, done, total, step, active)))
+
+    try:
+        events.put(("done", replay(kind(config), trace, label, check_every, progress if report else None, seed)))
+    except Exception as e:  # any failure goes to the parent, which raises it
+        try:
+            events.put(("error", e))
+        except Exception:  # it does not pickle: send its type and message
+            events.put(("error", RuntimeError(f"{label}: {type(e).__name__}: {e}")))
 
 
 def format_table(results: list[Metrics]) -> str:
@@ -174,7 +248,8 @@ Rows of the table:
   peak utilization    the highest (live + withheld bytes) / capacity seen after any step
   operations          allocator calls (admit, extend, slide, free, acquire, release)
 
-To keep the pressure but run faster, lower --capacity-gib (the trace is sized to it).
+To keep the pressure but run faster, lower --capacity-gib (the trace is sized to it). The two sides run
+in two processes at once (--jobs 2, the default); --jobs 1 runs them one after the other, same numbers.
 
 examples:
   kvarena replay                                   # GPT-OSS-20B at an H200's KV budget (make run)
@@ -197,6 +272,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--check-every", type=int, default=DEFAULT_CHECK_EVERY,
                    help=f"steps between invariant checks, 0: end only (default {DEFAULT_CHECK_EVERY})")
     p.add_argument("--json", action="store_true", help="print the metrics as JSON instead of the table")
+    p.add_argument("--jobs", type=int, default=2, metavar="N",
+                   help="processes: 2 (default) runs the two sides at once, 1 one after the other "
+                        "(same numbers; a side's error surfaces in this process)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=run)
 
@@ -204,13 +282,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def check_args(args: argparse.Namespace) -> None:
     """Flags in the user's units: one line naming the flag to change (UsageError, exit 2)."""
     check_run_flags(args)
+    if args.jobs < 1:
+        raise UsageError(f"--jobs {args.jobs} must be >= 1 (1: the sides one after the other)")
 
 
 def too_small(model: str, capacity: int, page_size: int, given: str) -> str:
     """Why ``capacity`` cannot run ``model``, in GiB, naming the flag to change (replay has no context flag)."""
-    kinds = (("unified arena", Arena), ("split pools", SplitPools))
     need = {name: smallest_capacity(lambda c, k=k: k(ArenaConfig(preset(model), c, page_size=page_size)), capacity)
-            for name, k in kinds}
+            for name, k in SIDES}
     least = math.ceil(max(need.values()) / GiB * 100) / 100
     ctx = preset(model).max_context_len
     return (f"{given} cannot hold one worst-case {model} request of {ctx:,} tokens "
@@ -233,7 +312,7 @@ def run(args: argparse.Namespace) -> int:
                      else f"the H200 budget of {gib(capacity)}")
             raise UsageError(too_small(args.model, capacity, args.page_size, given)) from None
         trace, results = compare(config, args.seed, args.scale, args.check_every,
-                                 None if args.quiet else Progress())
+                                 None if args.quiet else Progress(), args.jobs)
     except ReplayInvariantError as e:
         print(f"kvarena replay: {e}", file=sys.stderr)
         return 1

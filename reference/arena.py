@@ -703,13 +703,17 @@ class Arena:
     # Data: content tags per row
 
     def _row_check(self, vid: int, entry: int, row: int) -> PhysPage:
-        check_ids([vid], "write/read")
-        if vid not in self.v2p:
+        # `type(x) is int` first: the invariant check reads every page's corners through here
+        if not (type(vid) is int or is_int(vid)):
+            check_ids([vid], "write/read")  # raises, with the message every id check gives
+        page = self.v2p.get(vid)
+        if page is None:
             raise UnknownPageError(f"virtual page {vid} is not bound; write/read only live pages")
-        cls, slot = self.v2p[vid]
+        cls, slot = page
         n_entries = entries_per_page(self.classes[cls], self.config.page_size)
         n_rows = len(self.layouts[cls].slots)
-        if not (is_int(entry) and is_int(row) and 0 <= entry < n_entries and 0 <= row < n_rows):
+        if not ((type(entry) is int or is_int(entry)) and (type(row) is int or is_int(row))
+                and 0 <= entry < n_entries and 0 <= row < n_rows):
             raise InvalidArgumentError(f"page {vid} ({cls}) got entry {entry}, row {row}; pass an entry in "
                                        f"[0, {n_entries}) and a row in [0, {n_rows})")
         return cls, slot

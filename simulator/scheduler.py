@@ -50,7 +50,10 @@ SGLANG = SchedulerModel()  # SGLang 0.5.23's rules, every default
 class SchedulerInvariantError(Exception):
     def __init__(self, label: str, step: int, err: InvariantViolation) -> None:
         super().__init__(f"invariant violated in {label} at step {step}: {err}")
-        self.inv = err.inv
+        self.label, self.step, self.err, self.inv = label, step, err, err.inv
+
+    def __reduce__(self):  # picklable: `kvarena replay` runs a side in a child process
+        return type(self), (self.label, self.step, self.err)
 
 
 def default_check(alloc) -> None:

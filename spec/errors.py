@@ -209,4 +209,7 @@ class InvariantViolation(AssertionError):
 
     def __init__(self, inv: str, message: str) -> None:
         super().__init__(f"{inv}: {message}")
-        self.inv = inv
+        self.inv, self.message = inv, message
+
+    def __reduce__(self):  # picklable, so a replay side in a child process can report it
+        return type(self), (self.inv, self.message)

@@ -43,3 +43,22 @@ def test_planted_copies_keep_the_real_contract() -> None:
             if line.strip().startswith(("pre:", "post:")):
                 assert line.strip() in src, (p.name, line)
         assert p.replacement in src and p.original not in src
+
+
+@pytest.mark.parametrize(("found_at", "calls"), [(0, 1), (1, 2), (None, 3)])
+def test_a_planted_bug_gets_every_budget_until_it_is_reported(found_at: int | None, calls: int,
+                                                              monkeypatch: pytest.MonkeyPatch,
+                                                              tmp_path: Path) -> None:
+    """A short budget that misses the bug on a loaded machine is retried longer; one missed at every budget
+    comes back clean, so test_planted_bug_is_reported fails on it."""
+    seen: list[float] = []
+
+    def fake(targets, budget, cwd=None):
+        seen.append(budget)
+        hit = found_at is not None and len(seen) - 1 == found_at
+        return C.CrossHairRun(tuple(targets), int(hit), 0.0, ["x.py:1: error: planted"] if hit else [])
+
+    monkeypatch.setattr(C, "crosshair", fake)
+    run = C.check_planted(C.PLANTED[0], tmp_path, budgets=(1.0, 4.0, 16.0))
+    assert seen == [1.0, 4.0, 16.0][:calls]
+    assert bool(run.findings) == (found_at is not None)

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import random
+from dataclasses import asdict
 
 import pytest
 
 from kvarena import replay
 from kvarena.cli import main
 from kvarena.reference.arena import Arena
+from kvarena.reference.split import SplitPools
 from kvarena.simulator.arrivals import Arrival
 from kvarena.simulator.budget import GiB
 from kvarena.simulator.mixed_trace import build_trace, kv_budget
@@ -124,3 +127,78 @@ def test_three_band_toy_exercises_every_rung_with_invariants_each_step() -> None
     assert m.invariant_checks >= m.steps
     assert m.rung_used[2] > 0 and m.rung_used[3] > 0 and m.moves[3] > 0
     assert m.forward_waits > 0  # a refused allocation waited for the forward pass to let go
+
+
+def _without_wall(results: list) -> list[dict]:
+    return [{k: v for k, v in asdict(m).items() if k != "wall_s"} for m in results]
+
+
+def test_two_processes_give_the_numbers_of_one() -> None:
+    config = ArenaConfig(preset("gpt-oss-20b"), 6 * GiB)
+    one = replay.compare(config, seed=2, scale=0.25, check_every=25, jobs=1)
+    two = replay.compare(config, seed=2, scale=0.25, check_every=25, jobs=2)
+    assert one[0] == two[0]
+    assert _without_wall(one[1]) == _without_wall(two[1])
+    assert [m.config for m in two[1]] == ["unified arena", "split pools"]
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_a_violation_on_the_split_side_exits_one_with_its_message(
+        jobs: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """With --jobs 2 the split side runs in a child process; its violation reaches this one, word for word."""
+    real = replay.check_all
+
+    def broken(arena) -> None:
+        if isinstance(arena, SplitPools):
+            raise InvariantViolation("INV-NO-OVERLAP", "planted in the split pools")
+        real(arena)
+
+    monkeypatch.setattr(replay, "check_all", broken)
+    assert main(["replay", *SMALL, "--jobs", jobs]) == 1
+    err = capsys.readouterr().err
+    assert "invariant violated in split pools" in err and "INV-NO-OVERLAP: planted in the split pools" in err
+
+
+def test_an_error_that_does_not_pickle_still_reaches_the_parent(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = replay.replay
+
+    class Odd(Exception):
+        def __init__(self, a: int, b: int) -> None:  # pickles as Odd("...") and fails to unpickle
+            super().__init__(f"odd {a} {b}")
+            self.hook = lambda: None  # a lambda: does not pickle at all
+
+    def failing(alloc, trace, label, *args, **kw):
+        if label == "split pools":
+            raise Odd(1, 2)
+        return real(alloc, trace, label, *args, **kw)
+
+    monkeypatch.setattr(replay, "replay", failing)
+    with pytest.raises(RuntimeError, match="split pools: Odd: odd 1 2"):
+        replay.compare(ArenaConfig(preset("gpt-oss-20b"), 6 * GiB), scale=0.1, check_every=0, jobs=2)
+
+
+def test_a_child_that_dies_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(replay, "_side", lambda *a: os._exit(3))
+    with pytest.raises(RuntimeError, match=r"exit code 3.*--jobs 1"):
+        replay.compare(ArenaConfig(preset("gpt-oss-20b"), 6 * GiB), scale=0.1, check_every=0, jobs=2)
+
+
+def test_jobs_below_one_exits_two(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["replay", *SMALL, "--jobs", "0"]) == 2
+    assert "--jobs 0 must be >= 1" in capsys.readouterr().err
+
+
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_on_a_tty_shows_both_sides_on_one_line_until_both_finish() -> None:
+    stream = _Tty()
+    progress = replay.Progress(stream)
+    progress("unified arena", 10, 100, 5, 3)
+    progress("split pools", 100, 100, 9, 0)
+    assert "\n" not in stream.getvalue()  # one side still runs
+    progress("unified arena", 100, 100, 20, 0)
+    last = stream.getvalue().split("\r")[-1]
+    assert last.endswith("\n") and "unified arena 100%" in last and "split pools 100%" in last
