@@ -158,15 +158,11 @@ def check_content_follows_vid(a: Arena) -> None:
         if page not in bound:
             _fail("INV-CONTENT-FOLLOWS-VID", f"{page[0]}:{page[1]} holds rows {sorted(rows)[:6]} but no virtual "
                                              "page is bound there: the next hand-out would read them")
-    shape: dict[str, tuple[int, int, list[tuple[int, int]]]] = {}  # class -> entries, rows, corner rows
-    for cls in a.classes:
-        n_e, n_r = entries_per_page(a.classes[cls], a.config.page_size), len(a.layouts[cls].slots)
-        shape[cls] = (n_e, n_r, sorted({(e, r) for e in {0, n_e - 1} for r in {0, n_r - 1}}))
+    shape = {c: (entries_per_page(a.classes[c], a.config.page_size), len(a.layouts[c].slots)) for c in a.classes}
     for page, v in bound.items():
-        rows = a.content.get(page, {})
-        n_e, n_r, corners = shape[page[0]]
-        # the rows outside the page's shape are INV-PAGE-ATOMIC's
-        keys = sorted({k for k in rows if 0 <= k[0] < n_e and 0 <= k[1] < n_r}.union(corners)) if rows else corners
+        rows, (n_e, n_r) = a.content.get(page, {}), shape[page[0]]
+        corners = {(e, r) for e in {0, n_e - 1} for r in {0, n_r - 1}}  # rows outside the page: INV-PAGE-ATOMIC's
+        keys = sorted({k for k in rows if 0 <= k[0] < n_e and 0 <= k[1] < n_r} | corners) if rows else sorted(corners)
         for (e, r) in keys:
             got, want = a.read(v, e, r), rows.get((e, r), 0)
             if got != want:
