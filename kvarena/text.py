@@ -31,6 +31,7 @@ EXTRA_OF: dict[str, str] = {
     "msgspec": "sglang",
     "vllm": "vllm",
     "ray": "ray",
+    "transformers": "transformers",
 }
 
 

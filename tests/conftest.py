@@ -20,7 +20,7 @@ os.environ["TRITON_INTERPRET"] = "1"
 import kvarena
 from kvarena.conformance.profiles import register_profiles
 
-SUBPACKAGES = ("spec", "reference", "gpu", "conformance", "proofs", "simulator")  # mapped folders (pyproject)
+SUBPACKAGES = ("spec", "reference", "gpu", "conformance", "proofs", "simulator", "engines")  # mapped folders (pyproject)
 
 
 def _import_everything() -> list[str]:

@@ -346,29 +346,12 @@ class ArenaCache(Cache):
                                    "(generate does, for num_beams and num_return_sequences) instead of the cache")
 
     def crop(self, tokens_to_remove: int) -> None:
-        """Drop the last ``-tokens_to_remove`` tokens: full-attention only (a window or a recurrent state cannot be
-        rolled back: assisted decoding with such a model needs the default cache)."""
-        self.flush()
-        if tokens_to_remove > 0 or not isinstance(tokens_to_remove, int):
-            raise InvalidArgumentError(f"crop({tokens_to_remove!r}): pass a negative int, the tokens to remove")
-        if tokens_to_remove == 0:
-            return
-        if self._state_cls is not None or any(tc.window for tc in self._tokens.values()):
-            raise InvalidArgumentError("ArenaCache.crop: this model has sliding-window or recurrent layers, whose "
-                                       "past cannot be rolled back; use the default cache for assisted decoding")
-        for tc in self._tokens.values():
-            new = max(0, tc.length + tokens_to_remove)
-            keep_pages = -(-new // tc.epp)
-            held = tc.vtok.shape[1] // tc.epp if tc.vtok is not None else 0
-            if held > keep_pages:
-                extra = tc.vtok[:, keep_pages * tc.epp::tc.epp] // tc.epp
-                for o, vids in zip(self.owners, extra.tolist()):
-                    self._arena.drop(o, vids)
-                tc.vtok = tc.vtok[:, :keep_pages * tc.epp]
-            tc.length = new
-        for layer in self.layers:
-            if isinstance(layer, _FullLayer):
-                layer.cumulative_length = max(0, layer.cumulative_length + tokens_to_remove)
+        """Refused unless it removes nothing: every model the arena serves has sliding-window or recurrent layers
+        (a full-attention-only model is served by a plain paged pool), and neither can be rolled back without the
+        past recording transformers' own layers keep for it; assisted decoding needs the default cache."""
+        if tokens_to_remove != 0:
+            raise InvalidArgumentError(f"ArenaCache.crop({tokens_to_remove!r}): sliding-window and recurrent layers "
+                                       "cannot be rolled back; use the default cache for assisted decoding")
 
 
 def _reset_layer(layer: Any) -> None:

@@ -151,22 +151,19 @@ def model_layout(config: Any, conv_state: str = "transformers", max_context_len:
     width_is_kernel = conv_state == "transformers"
     ctx = max_context_len or int(_attr(cfg, "max_position_embeddings", default=131072))
     model = ModelSpec(name=getattr(config, "name_or_path", "") or kind, classes=tuple(classes), max_context_len=ctx,
-                      source=f"transformers {type(cfg).__name__} (layer_types: {_summary(types)})",
-                      assumptions=(f"conv state of {'the kernel width' if width_is_kernel else 'kernel - 1'} columns",
-                                   "recurrent (ssm) state fp32", f"token rows {dt} (the config's dtype)"))
+                      source=f"transformers {type(cfg).__name__} ({_summary(types)})",
+                      assumptions=(f"token rows {dt} (the config's dtype)",) + ((
+                          f"conv state of {'the kernel width' if width_is_kernel else 'kernel - 1'} columns "
+                          f"({'as transformers keeps it' if width_is_kernel else 'as SGLang keeps it'}); SSM state "
+                          "fp32",) if state else ()))
     validate_model(model)
     return model
 
 
 def _summary(types: list[str]) -> str:
-    out: list[str] = []
-    for t in types:
-        if out and out[-1].rsplit(" x", 1)[0] == t:
-            head, n = out[-1].rsplit(" x", 1)
-            out[-1] = f"{head} x{int(n) + 1}"
-        else:
-            out.append(f"{t} x1")
-    return ", ".join(out)
+    """``24 layers: 12 full_attention, 12 sliding_attention (window 128)``-style counts, in first-seen order."""
+    counts = {t: types.count(t) for t in dict.fromkeys(types)}
+    return f"{len(types)} layers: " + ", ".join(f"{n} {t}" for t, n in counts.items())
 
 
 def load_config(path: str) -> Any:

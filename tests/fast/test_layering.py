@@ -7,6 +7,7 @@
 * gpu/         never imports kvarena.reference (it implements the spec, it does not wrap the model);
 * conformance/ may import spec and reference, never kvarena.cli or kvarena.replay;
 * proofs/      may import spec and reference (and itself);
+* engines/     may import spec, gpu, conformance and itself: never reference/, simulator/ or a command;
 * simulator/   may import spec, reference, itself and kvarena.text (the shared message helpers), never a
   command module, conformance/ or gpu/; its modules form no import cycle, and it (with the commands
   kvarena/simulate.py and kvarena/replay.py) imports nothing heavy at module level (matplotlib only
@@ -45,6 +46,10 @@ RULES = [
     Rule("proofs", allowed_kvarena=("kvarena.spec", "kvarena.reference", "kvarena.proofs")),
     Rule("simulator", allowed_kvarena=("kvarena.spec", "kvarena.reference", "kvarena.simulator", "kvarena.text"),
          banned=HEAVY),
+    # real engines' code behind kvarena's interfaces: the spec's types, gpu/'s arena and the conformance machinery;
+    # never the reference (an engine runs the implementation, the reference only checks it) or a command
+    Rule("engines", allowed_kvarena=("kvarena.spec", "kvarena.gpu", "kvarena.conformance", "kvarena.engines"),
+         banned=("kvarena.reference", "kvarena.cli", "kvarena.replay", "kvarena.simulator")),
 ]
 # The simulator's real-engine columns drive other engines' code through conformance/adapters (optional extras,
 # imported only when such a column is built: simulator/engines.py imports these two inside functions)
