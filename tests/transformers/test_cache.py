@@ -188,3 +188,14 @@ def test_planted_bug_changes_the_tokens(mutant: str, monkeypatch: pytest.MonkeyP
     except Exception:  # a crash is a kill too
         return
     assert not torch.equal(out, expected), f"{mutant} survived: token identity does not see it"
+
+
+def test_readme_example_runs_as_pasted() -> None:
+    """README.md §Run a model on the arena: its Python block, verbatim (it asserts the tokens itself)."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    section = text.split("## Run a model on the arena", 1)[1].split("\n## ", 1)[0]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    exec(compile(code, "README.md", "exec"), {})
