@@ -20,7 +20,8 @@ os.environ["TRITON_INTERPRET"] = "1"
 import kvarena
 from kvarena.conformance.profiles import register_profiles
 
-SUBPACKAGES = ("spec", "reference", "gpu", "conformance", "proofs", "simulator", "engines")  # mapped folders (pyproject)
+# mapped folders (pyproject)
+SUBPACKAGES = ("spec", "reference", "gpu", "conformance", "proofs", "simulator", "engines")
 
 
 def _import_everything() -> list[str]:
