@@ -323,6 +323,7 @@ class ArenaCache(Cache):
     def batch_select_indices(self, indices: torch.Tensor) -> None:
         """Keep only the rows ``indices`` (in that order); the other rows' pages are freed."""
         self.flush()
+        self._pending.clear()  # written back; a handed-out buffer still has the old rows
         if self.rows is None:
             return
         keep = [int(i) for i in indices.tolist()]

@@ -199,3 +199,43 @@ def test_readme_example_runs_as_pasted() -> None:
     section = text.split("## Run a model on the arena", 1)[1].split("\n## ", 1)[0]
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     exec(compile(code, "README.md", "exec"), {})
+
+
+@pytest.mark.parametrize("fam", ["gpt_oss", "gemma3"])
+def test_batch_select_indices_keeps_the_selected_rows_content(fam: str) -> None:
+    """Rows 2 and 0 kept (in that order), row 1's pages freed; the next forward equals the default cache's."""
+    from transformers import DynamicCache
+
+    model = tiny_model(fam)
+    ids, mask = prompts()
+    ref, cache = DynamicCache(config=model.config), ArenaCache(model.config, capacity=CAPACITY, page_size=4,
+                                                               max_context_len=64)
+    for c in (ref, cache):
+        model(ids, attention_mask=mask, past_key_values=c)
+    before = cache.arena.used_bytes()
+    keep = torch.tensor([2, 0])
+    for c in (ref, cache):
+        c.batch_select_indices(keep)
+    assert cache.arena.used_bytes() < before and "row1" not in cache.arena.owners.rows
+    nxt = torch.tensor([[5], [7]])
+    m2 = torch.cat([mask[keep], torch.ones(2, 1, dtype=mask.dtype)], dim=1)
+    want = model(nxt, attention_mask=m2, past_key_values=ref).logits
+    got = model(nxt, attention_mask=m2, past_key_values=cache).logits
+    assert torch.equal(got, want)
+    cache.release()
+    assert cache.arena.used_bytes() == 0
+
+
+def test_batch_select_indices_keeps_the_selected_rows_state() -> None:
+    """Recurrent state follows the selected rows (transformers' own LinearAttentionLayer has no
+    batch_select_indices, so the default cache cannot be the oracle here)."""
+    model = tiny_model("qwen3_5")
+    ids, mask = prompts()
+    cache = ArenaCache(model.config, capacity=CAPACITY, page_size=4, max_context_len=64)
+    model(ids, attention_mask=mask, past_key_values=cache)
+    keep = torch.tensor([2, 0])
+    before = {(i, p): getattr(cache, f"get_{p}_state")(i).clone() for i in range(3) for p in ("conv", "recurrent")}
+    cache.batch_select_indices(keep)
+    for (i, p), value in before.items():
+        assert torch.equal(getattr(cache, f"get_{p}_state")(i), value[keep]), (i, p)
+    cache.release()
