@@ -65,3 +65,10 @@ VLLM_PINS := vllm==0.33.0 msgspec==0.22.0 cbor2==6.3.0 regex==2026.11.19
 vllm: $(TEST_STAMP)
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps $(VLLM_PINS)
 	$(PY) -m pytest -q -p no:cacheprovider -m "vllm and not slow" tests/vllm
+
+# transformers 5.23.0 (pinned in requirements-ci.txt, so `make test` runs these too): tiny random-weight models of
+# seven hybrid families generating on ArenaCache, continuous batching on the arena, and transformers' own paged
+# allocator under the contract (tests/transformers/).
+.PHONY: transformers
+transformers: $(TEST_STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider -m "transformers and not slow" tests/transformers
