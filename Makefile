@@ -49,7 +49,7 @@ clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis .ruff_cache
 
 # SGLang 0.5.23's real unified allocator under the conformance harness at `safety`
-# (conformance/adapters/sglang.py, findings in docs/sglang-findings.md). sglang is installed without its
+# (engines/sglang/adapter.py, findings in docs/sglang-findings.md). sglang is installed without its
 # dependency set; msgspec is the one of its dependencies the allocator's import chain needs.
 SGLANG_PINS := sglang==0.5.23 msgspec==0.22.0
 .PHONY: sglang
@@ -57,7 +57,7 @@ sglang: $(TEST_STAMP)
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps $(SGLANG_PINS)
 	$(PY) -m pytest -q -p no:cacheprovider -m "sglang and not slow" tests/sglang
 
-# vLLM 0.33.0's real v1 KV cache manager at kvarena's block-pool level (conformance/adapters/vllm*.py, findings in
+# vLLM 0.33.0's real v1 KV cache manager at kvarena's block-pool level (engines/vllm/, findings in
 # docs/vllm-findings.md). vllm is installed without its dependency set (it pins a CUDA torch 2.14.0, pydantic,
 # transformers, ...); msgspec, cbor2 and regex are the ones the KV cache manager's import chain executes.
 VLLM_PINS := vllm==0.33.0 msgspec==0.22.0 cbor2==6.3.0 regex==2026.11.19

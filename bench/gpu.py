@@ -164,7 +164,7 @@ def check_kernels(device: object, s: Sizes) -> list[list[str]]:
 
 def lockstep(device: object, steps: int, seed: int = 0) -> list[str]:
     """The allocator on ``device`` against the reference: same ids, plans, errors, observations, row bytes."""
-    from kvarena.conformance.adapter import observe_reference
+    from kvarena.conformance.adapter.protocol import observe_reference
     from kvarena.gpu.allocator import GpuArena
     from kvarena.reference.arena import Arena
     from kvarena.spec.errors import ArenaError
@@ -291,7 +291,7 @@ def run(args: argparse.Namespace) -> tuple[str, Path]:
     rows = check_kernels(device, s)
     log("checks: allocator in lockstep with the reference")
     rows.append(["allocator (lockstep vs reference)", *lockstep(device, s.lockstep_steps)])
-    log("checks: batched lockstep (conformance/batched.py) on the device")
+    log("checks: batched lockstep (conformance/machine/batched.py) on the device")
     brows, bres = gpu_engine.batched_lockstep(device, s.batched_examples)
     rows += [[f"{r[0]} ({r[1]})", "batch on the device, sequential on the reference", r[2], r[3]] for r in brows]
     rep.table("Checks", ["what", "how", "result", "wall s"], rows)

@@ -10,7 +10,7 @@ Each function takes the device and returns rows for one table of the report (and
                    it finishes, and a FORWARD user acquired with its event is released only after it completed.
 * ``preset_pages`` the move and zero kernels on every preset's page sizes (several are not a multiple of 16
                    words: their last vector access is masked), checked, then move bandwidth per size.
-* ``batched_lockstep`` conformance/batched.py's machine on the device at ``exact``.
+* ``batched_lockstep`` conformance/machine/batched.py's machine on the device at ``exact``.
 """
 
 from __future__ import annotations
@@ -189,12 +189,12 @@ def preset_pages(device: Any, dry: bool) -> tuple[list[list[str]], dict]:
 def batched_lockstep(device: Any, examples: int) -> tuple[list[list[str]], dict]:
     from hypothesis import settings
 
-    from kvarena.conformance.batched import run_batched_lockstep
+    from kvarena.conformance.machine.batched import run_batched_lockstep
     from kvarena.gpu.allocator import make
 
     t0 = time.perf_counter()
     run_batched_lockstep(lambda config: make(config, device), "exact",
                          settings(settings.get_profile("ci"), max_examples=examples, deadline=None))
     wall = time.perf_counter() - t0
-    return ([["conformance/batched.py at exact", f"{examples} examples x 50 steps", "exact agreement",
+    return ([["conformance/machine/batched.py at exact", f"{examples} examples x 50 steps", "exact agreement",
               f"{wall:.1f}"]], {"examples": examples, "wall_s": wall})

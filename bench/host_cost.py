@@ -78,7 +78,7 @@ class Sides:
         self.demand[:, -1] = 1
         self.sg = None
         try:
-            from kvarena.conformance.adapters.sglang import SGLangArena
+            from kvarena.engines.sglang.adapter import SGLangArena
 
             self.sg = SGLangArena(config).allocs[self.full]
         except Exception as e:

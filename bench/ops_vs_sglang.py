@@ -165,7 +165,7 @@ class SGLang:
     """The full-attention member of SGLang's unified chain (``MultiEndedAllocator``), on CPU torch."""
 
     def __init__(self, config) -> None:
-        from kvarena.conformance.adapters.sglang import SGLangArena, _cpu_streams
+        from kvarena.engines.sglang.adapter import SGLangArena, _cpu_streams
 
         self.arena = SGLangArena(config)
         self.m = self.arena.allocs[self.arena.order[-1]]

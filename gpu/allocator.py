@@ -1,4 +1,4 @@
-"""The GPU allocator: the adapter protocol (conformance/adapter.py) over a device-resident arena.
+"""The GPU allocator: the adapter protocol (conformance/adapter/protocol.py) over a device-resident arena.
 
 Host side, in numpy (``hoststate.py``) and the planner's bands (``planner.py``): the source of truth for
 placement — p->v and v->p mirrors, lowest-free virtual ids, owners and reference counts, the ledger. Device

@@ -98,7 +98,7 @@ def check_safety(name: str, factory: Callable[[], Policy], examples: int | None 
     from hypothesis.reporting import with_reporter
     from hypothesis.stateful import run_state_machine_as_test
 
-    from kvarena.conformance.machine import machine_for
+    from kvarena.conformance.machine.arena import machine_for
 
     machine = machine_for(lambda cfg: Arena(cfg, factory()), "PolicyMachine")
     profile = settings.get_profile("ci")
@@ -181,7 +181,7 @@ refuses, a policy that raises); 2 broken input (a policy that cannot be found or
 
 
 def run(args: argparse.Namespace) -> int:
-    from kvarena.conformance.profiles import register_profiles  # hypothesis: the 'conform' extra
+    from kvarena.conformance.runner.profiles import register_profiles  # hypothesis: the 'conform' extra
 
     register_profiles()
     chosen = {s: load_policy(s) for s in args.policy} if args.policy else dict(POLICIES)

@@ -39,8 +39,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "replay": ("kvarena.replay", "add_parser"),
     "models": ("kvarena.models_cmd", "add_parser"),
     "simulate": ("kvarena.simulate", "add_parser"),
-    "conform": ("kvarena.conformance.cli", "add_conform_parser"),
-    "vectors": ("kvarena.conformance.cli", "add_vectors_parser"),
+    "conform": ("kvarena.conformance.runner.cli", "add_conform_parser"),
+    "vectors": ("kvarena.conformance.runner.cli", "add_vectors_parser"),
     "check-policy": ("kvarena.check_policy", "add_parser"),
     "prove": ("kvarena.proofs.cli", "add_parser"),
 }

@@ -5,7 +5,7 @@ Two engines, both SGLang's own code from the installed wheel, loaded by the conf
 
 - :class:`SGLangUnified` (``--enable-unified-memory``): ``UnifiedKVPool`` with its ``MultiEndedAllocator``
   ENDs and ``FloatMultiEndedAllocator`` middles, their shortfall ladder (``_relieve_for_alloc``), lazy
-  compaction and ``_float_open_short_side``, through :class:`~kvarena.conformance.adapters.sglang.SGLangArena`.
+  compaction and ``_float_open_short_side``, through :class:`~kvarena.engines.sglang.adapter.SGLangArena`.
   The byte buffer is on torch's **meta** device: its views and page copies (``copy_pages``) run on shapes
   only, and zeroing a page on hand-out, with no bytes to write, is skipped (:class:`_NoBytes`), so an 80 GiB
   arena costs no memory; only the allocators' index tensors (a few int64 per page) are real. The adapter's
@@ -37,7 +37,7 @@ from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
-from kvarena.conformance.adapters.sglang import SGLangArena, WouldBlock, load_sglang
+from kvarena.engines.sglang.adapter import SGLangArena, WouldBlock, load_sglang
 from kvarena.reference.arena import Stats
 from kvarena.reference.split import split_regions
 from kvarena.spec.errors import (
@@ -66,7 +66,7 @@ def _unlabelled(sg: Any) -> None:
 
 def missing() -> str | None:
     """None when SGLang's allocators load; else the one line saying how to add them."""
-    from kvarena.conformance.adapters.sglang import SGLangUnavailable
+    from kvarena.engines.sglang.adapter import SGLangUnavailable
 
     try:
         load_sglang()

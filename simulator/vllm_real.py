@@ -1,11 +1,11 @@
 """vLLM 0.33.0's real v1 KV cache manager as a simulator engine, on CPU.
 
-What runs is vLLM's own code from the installed wheel (``conformance/adapters/vllm_load.py`` lists every
+What runs is vLLM's own code from the installed wheel (``engines/vllm/load.py`` lists every
 module that loads for real and every ``sys.modules`` stand-in, with why it is never executed):
 ``KVCacheManager.allocate_slots`` / ``free`` / ``pop_blocks_for_free``, the coordinator vLLM picks
 (``HybridKVCacheCoordinator`` for these models), the per-type managers (``FullAttentionManager``,
 ``SlidingWindowManager`` with its ``remove_skipped_blocks``, ``MambaManager``) and ``BlockPool``. The
-configuration is vLLM's own planning: one kv cache spec per layer (``conformance/adapters/vllm.py``
+configuration is vLLM's own planning: one kv cache spec per layer (``engines/vllm/driver.py``
 ``kv_cache_specs``) -> ``get_kv_cache_groups`` -> ``get_kv_cache_config_from_groups`` with the budget's
 bytes as available memory (vLLM divides them into blocks) -> ``resolve_kv_cache_block_sizes``. No KV tensor
 is allocated: the manager hands out block ids only.
@@ -64,7 +64,7 @@ KERNEL_BLOCK = 16  # FlashAttention's kernel block: the base of vLLM's hybrid bl
 
 def missing() -> str | None:
     """None when vLLM's manager loads; else the one line saying how to add it."""
-    from kvarena.conformance.adapters.vllm_load import VLLMUnavailable, load_vllm
+    from kvarena.engines.vllm.load import VLLMUnavailable, load_vllm
 
     try:
         load_vllm()
@@ -76,7 +76,7 @@ def missing() -> str | None:
 def plan(config: ArenaConfig, prefix_caching: bool = True) -> Any:
     """vLLM's planning for ``config``'s model and budget: (kv cache config, scheduler block, hash block, groups
     per class, bytes per block). ``prefix_caching`` (vLLM's default on) decides the mamba cache mode."""
-    from kvarena.conformance.adapters.vllm import LAYOUT, hybrid_block_size, kv_cache_specs, load_vllm, vllm_config
+    from kvarena.engines.vllm.driver import LAYOUT, hybrid_block_size, kv_cache_specs, load_vllm, vllm_config
 
     V = load_vllm()
     spec = config.model
@@ -99,7 +99,7 @@ def plan(config: ArenaConfig, prefix_caching: bool = True) -> Any:
 
 
 class _Sampling(SimpleNamespace):
-    """What ``Request.__init__`` reads of a ``SamplingParams`` (conformance/adapters/vllm.py ``Sampling``)."""
+    """What ``Request.__init__`` reads of a ``SamplingParams`` (engines/vllm/driver.py ``Sampling``)."""
 
 
 class VllmReal:
@@ -108,7 +108,7 @@ class VllmReal:
     ANCHORED_ENDS = False
 
     def __init__(self, config: ArenaConfig, prefix_caching: bool = True) -> None:
-        from kvarena.conformance.adapters.vllm import HASH_ALGO, Sampling, load_vllm
+        from kvarena.engines.vllm.driver import HASH_ALGO, Sampling, load_vllm
 
         config.validate()
         self.V = V = load_vllm()

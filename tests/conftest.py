@@ -18,7 +18,7 @@ import pkgutil
 os.environ["TRITON_INTERPRET"] = "1"
 
 import kvarena
-from kvarena.conformance.profiles import register_profiles
+from kvarena.conformance.runner.profiles import register_profiles
 
 # mapped folders (pyproject)
 SUBPACKAGES = ("spec", "reference", "gpu", "conformance", "proofs", "simulator", "engines")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from kvarena.conformance.base import PoolAdapter
+from kvarena.conformance.adapter.base import PoolAdapter
 from kvarena.conformance.example.pool import PoolFull, TwoEndedPool
 from kvarena.reference.arena import Arena
 from kvarena.reference.split import split_regions

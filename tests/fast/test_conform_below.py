@@ -1,5 +1,5 @@
-"""The placement limit `below` in the lockstep rules (conformance/below.py) and the reference machine
-(conformance/machine.py admit_below): both pass random limits, and both catch an arena that drops them."""
+"""The placement limit `below` in the lockstep rules (conformance/machine/below.py) and the reference machine
+(conformance/machine/arena.py admit_below): both pass random limits, and both catch an arena that drops them."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from kvarena.conformance.below import offers_below, r_admit_below, r_extend_below
-from kvarena.conformance.harness import Divergence
-from kvarena.conformance.lockstep import RandomChooser, r_churn, r_free, start
-from kvarena.conformance.machine import machine_for
+from kvarena.conformance.machine.arena import machine_for
+from kvarena.conformance.machine.below import offers_below, r_admit_below, r_extend_below
+from kvarena.conformance.machine.harness import Divergence
+from kvarena.conformance.machine.lockstep import RandomChooser, r_churn, r_free, start
 from kvarena.reference.arena import Arena
 from tests.quality.below_arenas import IgnoresBelow, NoBelow
 
@@ -59,8 +59,8 @@ def test_machine_catches_a_dropped_limit(factory, words: str) -> None:
 
 def test_vectors_list_names_the_feature_and_conform_says_why_it_skips(capsys: pytest.CaptureFixture) -> None:
     from kvarena.cli import main
-    from kvarena.conformance.runner import conform
-    from kvarena.conformance.vectors import VECTOR_DIR
+    from kvarena.conformance.runner.conform import conform
+    from kvarena.conformance.vectors.replay import VECTOR_DIR
 
     assert main(["vectors", "--list"]) == 0
     out = capsys.readouterr().out

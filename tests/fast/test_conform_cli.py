@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-import kvarena.conformance.adapter as adapter
+import kvarena.conformance.adapter.protocol as adapter
 from kvarena.cli import main
-from kvarena.conformance.example_adapter import Renumbered
-from kvarena.conformance.vectors import VECTOR_DIR
+from kvarena.conformance.adapter.renumbered import Renumbered
+from kvarena.conformance.vectors.replay import VECTOR_DIR
 from kvarena.reference.arena import Arena
 from kvarena.spec.models import ArenaConfig
 
@@ -82,7 +82,7 @@ def test_conform_reference_exits_0(capsys: pytest.CaptureFixture) -> None:
 
 
 def test_conform_renumbered_passes_decisions_fails_exact(capsys: pytest.CaptureFixture) -> None:
-    impl = "kvarena.conformance.example_adapter:renumbered"
+    impl = "kvarena.conformance.adapter.renumbered:renumbered"
     code, out, _ = _run(capsys, "conform", "--impl", impl, "--level", "decisions", "--vectors", ONE, "--examples", "5")
     assert code == 0, out
     code, out, _ = _run(capsys, "conform", "--impl", impl, "--level", "exact", "--vectors", ONE, "--examples", "0")
@@ -195,10 +195,10 @@ def test_plugin_is_inert_without_the_option(tmp_path: Path) -> None:
 def test_plugin_runs_the_suite(tmp_path: Path) -> None:
     r = _pytest(tmp_path, "--kvarena-impl=reference", f"--kvarena-vectors={ONE}", "--kvarena-examples=5")
     assert r.returncode == 0 and "2 passed" in r.stdout, r.stdout + r.stderr
-    r = _pytest(tmp_path, "--kvarena-impl=kvarena.conformance.example_adapter:renumbered", "--kvarena-level=exact",
+    r = _pytest(tmp_path, "--kvarena-impl=kvarena.conformance.adapter.renumbered:renumbered", "--kvarena-level=exact",
                 f"--kvarena-vectors={ONE}", "--kvarena-examples=0")
     assert r.returncode == 1, r.stdout + r.stderr
-    assert "kvarena-conformance[kvarena.conformance.example_adapter:renumbered@exact]" in r.stdout
+    assert "kvarena-conformance[kvarena.conformance.adapter.renumbered:renumbered@exact]" in r.stdout
     assert "DIVERGENCE in vector errors-every-code.jsonl" in r.stdout
 
 

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from kvarena.cli import main
-from kvarena.conformance.adapter import default_level
-from kvarena.conformance.example_adapter import Renumbered
-from kvarena.conformance.runner import EXIT_VACUOUS, conform
-from kvarena.conformance.vectors import VECTOR_DIR
+from kvarena.conformance.adapter.protocol import default_level
+from kvarena.conformance.adapter.renumbered import Renumbered
+from kvarena.conformance.runner.conform import EXIT_VACUOUS, conform
+from kvarena.conformance.vectors.replay import VECTOR_DIR
 from kvarena.spec.errors import (
     AdmissionRejectedError,
     DoubleFreeError,

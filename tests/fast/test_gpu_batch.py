@@ -23,7 +23,7 @@ import pytest
 import torch
 
 import kvarena.gpu.kernels as kernels
-from kvarena.conformance.adapter import observe_reference
+from kvarena.conformance.adapter.protocol import observe_reference
 from kvarena.gpu import staging
 from kvarena.gpu.allocator import make
 from kvarena.gpu.kernels import use_interpreter

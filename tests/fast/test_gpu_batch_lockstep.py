@@ -1,4 +1,4 @@
-"""The batched lockstep rules (conformance/batched.py) at ``exact``: gpu/'s ``admit_batch`` / ``extend_batch`` /
+"""The batched lockstep rules (conformance/machine/batched.py) at ``exact``: gpu/'s ``admit_batch`` / ``extend_batch`` /
 ``free_batch``, event users, ``token_locs`` and padded ``translate_tokens`` against the reference's sequential
 calls, on the plain-torch path and with the Triton kernels under TRITON_INTERPRET=1."""
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import settings
 
 import kvarena.gpu.kernels as kernels
-from kvarena.conformance.batched import BATCH_RULES, batched_lockstep_for, run_batched_lockstep
+from kvarena.conformance.machine.batched import BATCH_RULES, batched_lockstep_for, run_batched_lockstep
 from kvarena.gpu.allocator import make
 from kvarena.gpu.kernels import use_interpreter
 

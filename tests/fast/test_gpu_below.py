@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kvarena.gpu.kernels as kernels
-from kvarena.conformance.adapter import observe_reference
+from kvarena.conformance.adapter.protocol import observe_reference
 from kvarena.gpu.allocator import GpuArena, make
 from kvarena.gpu.planner import Band, Role
 from kvarena.gpu.results import BatchResult

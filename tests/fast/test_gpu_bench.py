@@ -22,7 +22,7 @@ def test_gpu_bench_dry_run(tmp_path: Path) -> None:
     (md,) = tmp_path.glob("gpu-*-dry-run.md")
     text = md.read_text()
     for section in ("## Sync audit", "## Decode step in a CUDA graph", "## Overlap", "## Preset page sizes",
-                    "conformance/batched.py at exact"):
+                    "conformance/machine/batched.py at exact"):
         assert section in text, section
     assert "not a GPU measurement" in text and "| PASS" not in text, "a dry run must not claim GPU results"
     (js,) = tmp_path.glob("gpu-*-dry-run.json")

@@ -4,7 +4,7 @@ Random operation sequences (plain ``random.Random(seed)``) on the toy models dri
 ``kvarena.reference.arena.Arena`` and ``kvarena.gpu.allocator.GpuArena`` (CPU tensors, Triton interpreter)
 side by side. After every step: the same return value or the same error class (and shortfall), the same
 observation (v->p read back from the device tables), the same holdings, and rows read back equal; the ``exact``
-level of conformance/adapter.py. Planted bugs in the device path must be caught.
+level of conformance/adapter/protocol.py. Planted bugs in the device path must be caught.
 """
 
 import os
@@ -18,7 +18,7 @@ import pytest
 
 import kvarena.gpu.allocator as gpu_allocator
 import kvarena.gpu.moves as gpu_moves
-from kvarena.conformance.adapter import observe_reference
+from kvarena.conformance.adapter.protocol import observe_reference
 from kvarena.gpu.kernels import use_interpreter
 from kvarena.reference.arena import Arena
 from kvarena.spec.errors import AdmissionRejectedError, ArenaError, CapacityTooSmallError, InvariantViolation

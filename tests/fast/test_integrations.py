@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from kvarena.conformance.harness import OPS
-from kvarena.conformance.scenarios import VECTORS
-from kvarena.conformance.scenarios_integrations import INTEGRATIONS, SGLANG_EXPECTED, Integration
-from kvarena.conformance.vectors import VECTOR_DIR, load, replay
+from kvarena.conformance.machine.harness import OPS
+from kvarena.conformance.vectors.integrations import INTEGRATIONS, SGLANG_EXPECTED, Integration
+from kvarena.conformance.vectors.replay import VECTOR_DIR, load, replay
+from kvarena.conformance.vectors.scenarios import VECTORS
 from kvarena.reference.arena import Arena
 from kvarena.spec.errors import ConfigError
 from kvarena.spec.layout import Kind, StateClass, entry_layout
@@ -201,7 +201,7 @@ def test_sglangs_fused_draft_entry_is_byte_identical_to_the_eagle3_preset() -> N
     import importlib
     import sys
 
-    from kvarena.conformance.adapters import sglang as sga
+    from kvarena.engines.sglang import adapter as sga
 
     try:
         sg = sga.load_sglang()

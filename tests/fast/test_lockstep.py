@@ -1,4 +1,4 @@
-"""The lockstep machine (conformance/lockstep.py): the reference against itself, against a renumbering
+"""The lockstep machine (conformance/machine/lockstep.py): the reference against itself, against a renumbering
 adapter, and against every planted bug of tests/quality/mutants.py.
 
 Runs use the ``ci`` profile (derandomized) with fewer examples; kills skip shrinking, which is for
@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 from hypothesis import Phase, settings
 
-from kvarena.conformance.adapter import AdapterError, Observation
-from kvarena.conformance.checks import Geometry, HeldPage, check_observation
-from kvarena.conformance.conductor import Conductor
-from kvarena.conformance.example_adapter import renumbered
-from kvarena.conformance.harness import Divergence, LiveReference, Side
-from kvarena.conformance.lockstep import RULES, lockstep_for, run_lockstep, start
-from kvarena.conformance.scenarios import walk
+from kvarena.conformance.adapter.protocol import AdapterError, Observation
+from kvarena.conformance.adapter.renumbered import renumbered
+from kvarena.conformance.machine.checks import Geometry, HeldPage, check_observation
+from kvarena.conformance.machine.conductor import Conductor
+from kvarena.conformance.machine.harness import Divergence, LiveReference, Side
+from kvarena.conformance.machine.lockstep import RULES, lockstep_for, run_lockstep, start
+from kvarena.conformance.vectors.scenarios import walk
 from kvarena.reference.arena import Arena
 from kvarena.spec.errors import InvariantViolation
 from kvarena.spec.models import ArenaConfig, preset

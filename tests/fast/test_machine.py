@@ -3,7 +3,7 @@
 from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from kvarena.conformance.machine import ArenaMachine, machine_for
+from kvarena.conformance.machine.arena import ArenaMachine, machine_for
 from kvarena.reference.split import SplitPools
 
 

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from kvarena.conformance.vectors import VECTOR_DIR, load, replay
+from kvarena.conformance.vectors.replay import VECTOR_DIR, load, replay
 from kvarena.proofs import padding as PD
 from kvarena.reference.arena import Arena
 from kvarena.spec.errors import InvalidArgumentError, InvariantViolation

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from kvarena.conformance.machine import machine_for
+from kvarena.conformance.machine.arena import machine_for
 from kvarena.reference.arena import Arena
 from kvarena.reference.invariants import check_all
 from kvarena.reference.policy import POLICIES, Ladder

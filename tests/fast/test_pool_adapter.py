@@ -1,4 +1,4 @@
-"""conformance/base.py's PoolAdapter (what a third-party adapter builds on) refuses ids exactly as the reference
+"""conformance/adapter/base.py's PoolAdapter (what a third-party adapter builds on) refuses ids exactly as the reference
 does: a bool or a float is never read as a page, on every operation that takes ids, and nothing changes."""
 
 from __future__ import annotations

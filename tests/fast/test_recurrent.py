@@ -238,8 +238,8 @@ def test_state_private_detects() -> None:
 
 
 def test_the_recurrent_vector_covers_copy_state_and_its_refusals() -> None:
-    from kvarena.conformance import vectors
-    from kvarena.conformance.vectors import VECTOR_DIR
+    from kvarena.conformance.vectors import replay as vectors
+    from kvarena.conformance.vectors.replay import VECTOR_DIR
 
     r = vectors.replay(VECTOR_DIR / "recurrent-copy-state.jsonl", Arena, "exact")
     assert r.status == "passed", r.message
@@ -254,8 +254,8 @@ def test_the_recurrent_vector_covers_copy_state_and_its_refusals() -> None:
 
 def test_an_implementation_without_copy_state_stops_the_vector_with_the_reason() -> None:
     """copy_state is optional in the adapter protocol: a trace that copies state stops there (allowed)."""
-    from kvarena.conformance import vectors
-    from kvarena.conformance.vectors import VECTOR_DIR
+    from kvarena.conformance.vectors import replay as vectors
+    from kvarena.conformance.vectors.replay import VECTOR_DIR
 
     class NoCopy(Arena):
         copy_state = None  # type: ignore[assignment]

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from kvarena.conformance import vectors
-from kvarena.conformance.runner import conform
-from kvarena.conformance.scenarios import VECTORS
+from kvarena.conformance.runner.conform import conform
+from kvarena.conformance.vectors import replay as vectors
+from kvarena.conformance.vectors.scenarios import VECTORS
 from kvarena.reference.arena import Arena
 from kvarena.spec.errors import DoubleFreeError
 

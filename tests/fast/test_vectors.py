@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from kvarena.conformance import vectors
-from kvarena.conformance.harness import OPS
-from kvarena.conformance.scenarios import VECTORS
+from kvarena.conformance.machine.harness import OPS
+from kvarena.conformance.vectors import replay as vectors
+from kvarena.conformance.vectors.scenarios import VECTORS
 from kvarena.reference.arena import Arena
 from kvarena.spec.models import TOY_MODELS
 from tests.quality.below_arenas import IgnoresBelow, NoBelow
@@ -226,7 +226,7 @@ def test_every_vector_that_uses_below_requires_it() -> None:
 @pytest.mark.parametrize("path", BELOW, ids=[f.stem for f in BELOW])
 def test_a_below_vector_is_refused_without_the_feature(path: Path) -> None:
     """Not replayed with the argument dropped: stopped before the first step, one line saying why."""
-    from kvarena.conformance.adapter import features
+    from kvarena.conformance.adapter.protocol import features
 
     assert features(NoBelow(vectors.load(path).config)) == frozenset()
     for level in ("safety", "exact"):

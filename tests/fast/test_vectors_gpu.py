@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from kvarena.conformance.runner import conform
-from kvarena.conformance.vectors import VECTOR_DIR, discover
+from kvarena.conformance.runner.conform import conform
+from kvarena.conformance.vectors.replay import VECTOR_DIR, discover
 
 pytest.importorskip("torch")
 
@@ -23,8 +23,8 @@ def test_every_committed_vector_replays_on_gpu_at_exact() -> None:
 
 def test_gpu_offers_below_and_replays_its_vectors_at_exact() -> None:
     """gpu/ takes the placement limit (adapter.features), so the vectors that require it are replayed, not skipped."""
-    from kvarena.conformance.adapter import features
-    from kvarena.conformance.vectors import load, replay
+    from kvarena.conformance.adapter.protocol import features
+    from kvarena.conformance.vectors.replay import load, replay
     from kvarena.gpu.allocator import make
 
     for name in ("rung1-below", "rung1-below-tri"):

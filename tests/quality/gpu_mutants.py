@@ -165,7 +165,7 @@ def check_decode_handles(mod: types.ModuleType, path: str) -> None:
     """The lean decode step against the reference's sequential extends: handles of no owner (negative, past every
     row) get UnknownOwnerError, one page per lane of either end class lands in that class (test_gpu_batch.py's
     test_decode_step_refuses_handles_of_no_owner). ``mod``: batch.py or hoststate.py, or a mutant of either."""
-    from kvarena.conformance.adapter import observe_reference
+    from kvarena.conformance.adapter.protocol import observe_reference
     from kvarena.reference.arena import Arena
 
     cls: Any = allocator_mod.GpuArena
@@ -206,7 +206,7 @@ def check_below(mod: types.ModuleType, path: str) -> None:
     end bands, every plan_admission under limits at every slot line, then admits, extends and a lean decode step
     under a limit, lane by lane, with the same placements (slot order included) and observations. ``mod``:
     planner.py or a mutant of it (its names patched into every gpu module that imported them)."""
-    from kvarena.conformance.adapter import observe_reference
+    from kvarena.conformance.adapter.protocol import observe_reference
     from kvarena.reference.arena import Arena
 
     with contextlib.ExitStack() as stack:
@@ -273,7 +273,7 @@ class Mutant:
     kernel: Callable[[types.ModuleType, str], None] | None = None  # the kernel check that must fail
     paths: tuple[str, ...] = ("triton", "torch")  # the paths on which the kernel check must fail
     steps: int | None = None  # steps per example of the lockstep kill, where the ci profile's 50 are too few
-    machine: str = "lockstep"  # "batched": the lockstep kill runs conformance/batched.py's machine
+    machine: str = "lockstep"  # "batched": the lockstep kill runs conformance/machine/batched.py's machine
 
 
 MUTANTS: tuple[Mutant, ...] = (

@@ -23,9 +23,9 @@ from hypothesis import Phase, settings
 
 import kvarena.gpu.allocator as allocator_mod
 import kvarena.gpu.kernels as kernels
-from kvarena.conformance.adapter import AdapterError
-from kvarena.conformance.batched import run_batched_lockstep
-from kvarena.conformance.lockstep import run_lockstep
+from kvarena.conformance.adapter.protocol import AdapterError
+from kvarena.conformance.machine.batched import run_batched_lockstep
+from kvarena.conformance.machine.lockstep import run_lockstep
 from kvarena.gpu.kernels import interpreted, use_interpreter
 from kvarena.spec.errors import ArenaError
 from tests.quality.gpu_mutants import KERNELS, MUTANTS, REQUIRED, REQUIRED_BATCHED, applied, mutate, source_of
@@ -40,8 +40,9 @@ CI_STEPS = settings.get_profile("ci").stateful_step_count
 # budget leaves a margin of 3x; the control runs pass the same budgets. The slowest kills: recurrent-slot-not-zeroed
 # at example 52 (torch), partial-row-move 52 and zero-kernel-skips-first-word 66 (interpreter),
 # withheld-freed-by-first-release 47 (torch, 80 steps).
-# The batched machine (conformance/batched.py) for the batched calls' mutants: kills seen at <= 19 examples, except
-# stale-hole-count-after-fallback at 66-80 since rung 2 moves only the shortfall (a fallback compacts fewer holes).
+# The batched machine (conformance/machine/batched.py) for the batched calls' mutants: kills seen at <= 19 examples,
+# except stale-hole-count-after-fallback at 66-80 since rung 2 moves only the shortfall (a fallback compacts
+# fewer holes).
 BUDGETS = {("torch", CI_STEPS, "lockstep"): 300, ("interpreter", CI_STEPS, "lockstep"): 200,
            ("torch", 80, "lockstep"): 300, ("torch", CI_STEPS, "batched"): 200,
            ("interpreter", CI_STEPS, "batched"): 20}

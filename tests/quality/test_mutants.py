@@ -14,7 +14,7 @@ import pytest
 from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from kvarena.conformance.machine import machine_for
+from kvarena.conformance.machine.arena import machine_for
 from kvarena.reference import invariants
 from kvarena.reference.invariants import INVARIANTS
 from kvarena.spec.errors import PlanError

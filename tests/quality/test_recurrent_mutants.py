@@ -10,7 +10,7 @@ from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 
 import kvarena.reference.arena as arena_mod
-from kvarena.conformance.machine import machine_for
+from kvarena.conformance.machine.arena import machine_for
 from kvarena.spec.errors import ArenaError
 from tests.quality.mutants import Mutant, applied, mutate
 from tests.quality.test_mutants import KILL_EXAMPLES, KILL_PHASES

@@ -96,7 +96,7 @@ def _version() -> str:
 
 BOOT = """
 import sys, pytest
-from kvarena.conformance.adapters import sglang as sga
+from kvarena.engines.sglang import adapter as sga
 alloc = sga.load_sglang().alloc.__file__
 assert alloc.startswith(sys.argv[1]), f"loaded {alloc}, not the patched copy under {sys.argv[1]}"
 sys.exit(pytest.main(sys.argv[2:]))

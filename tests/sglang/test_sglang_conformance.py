@@ -1,4 +1,4 @@
-"""SGLang 0.5.23's unified allocator under the conformance harness (conformance/adapters/sglang.py).
+"""SGLang 0.5.23's unified allocator under the conformance harness (engines/sglang/adapter.py).
 
     make sglang            # or: tox -e sglang, or: pytest -m sglang (with sglang installed)
 
@@ -28,11 +28,11 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from kvarena.conformance.adapters import sglang as sga
-from kvarena.conformance.checks import check_observation
-from kvarena.conformance.harness import Divergence
-from kvarena.conformance.lockstep import RULES, lockstep_for, run_lockstep, start
-from kvarena.conformance.vectors import VECTOR_DIR, discover, load, replay
+from kvarena.engines.sglang import adapter as sga
+from kvarena.conformance.machine.checks import check_observation
+from kvarena.conformance.machine.harness import Divergence
+from kvarena.conformance.machine.lockstep import RULES, lockstep_for, run_lockstep, start
+from kvarena.conformance.vectors.replay import VECTOR_DIR, discover, load, replay
 from kvarena.reference.arena import Arena
 from kvarena.spec.errors import AdmissionRejectedError, CapacityTooSmallError, DoubleFreeError, InvariantViolation
 from kvarena.spec.models import ArenaConfig, preset
@@ -96,7 +96,7 @@ def test_the_allocator_is_sglangs_own_code() -> None:
 
 def test_vectors_hold_at_safety() -> None:
     t0 = time.perf_counter()
-    from kvarena.conformance.scenarios_integrations import SGLANG_EXPECTED  # where SGLang cannot follow, and why
+    from kvarena.conformance.vectors.integrations import SGLANG_EXPECTED  # where SGLang cannot follow, and why
 
     results = [replay(load(f), sga.make, "safety") for f in discover(VECTOR_DIR)]
     expected = {r.path.stem: r for r in results if r.path.stem in SGLANG_EXPECTED}

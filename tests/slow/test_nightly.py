@@ -7,7 +7,7 @@ import pytest
 from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from kvarena.conformance.machine import ArenaMachine, machine_for
+from kvarena.conformance.machine.arena import ArenaMachine, machine_for
 from kvarena.reference.split import SplitPools
 from kvarena.spec.errors import PlanError
 from tests.quality.mutants import MUTANTS, applied

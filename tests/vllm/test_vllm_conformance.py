@@ -1,4 +1,4 @@
-"""vLLM 0.33.0's real v1 KV cache manager at kvarena's ``block-pool`` level (conformance/adapters/vllm*.py).
+"""vLLM 0.33.0's real v1 KV cache manager at kvarena's ``block-pool`` level (engines/vllm/).
 
     make vllm            # or: pytest -m vllm (with vllm installed --no-deps, plus msgspec cbor2 regex)
 
@@ -27,7 +27,7 @@ import pytest
 from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from kvarena.conformance.adapters import vllm_load
+from kvarena.engines.vllm import load as vllm_load
 from kvarena.spec.errors import InvariantViolation
 
 pytestmark = pytest.mark.vllm
@@ -37,8 +37,8 @@ try:
 except vllm_load.VLLMUnavailable as e:  # pragma: no cover - depends on the machine
     pytest.skip(f"vLLM is not installed ({e}); run `make vllm`", allow_module_level=True)
 
-from kvarena.conformance.adapters import vllm as va  # noqa: E402 - after the skip: it needs vllm
-from kvarena.conformance.adapters import vllm_checks as vc  # noqa: E402
+from kvarena.engines.vllm import driver as va  # noqa: E402 - after the skip: it needs vllm
+from kvarena.engines.vllm import checks as vc  # noqa: E402
 
 EXAMPLES = int(os.environ.get("KVARENA_VLLM_EXAMPLES", "200"))
 

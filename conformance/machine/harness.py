@@ -9,7 +9,7 @@ in the order returned), so an implementation with other virtual ids can follow t
 both sides: ids are reused).
 
 The **oracle** is the reference run live (:class:`LiveReference`, for the lockstep machine and for
-writing vectors) or a recorded vector (``kvarena.conformance.vectors.RecordedOracle``).  For each
+writing vectors) or a recorded vector (``kvarena.conformance.vectors.replay.RecordedOracle``).  For each
 step it yields an :class:`Expect` (what the reference returned or raised, in handle terms) and a
 :class:`Snapshot` (pages, spans, holes, withheld, owners).  The :class:`Conductor` runs the same step
 on the implementation (:class:`Side`) and compares what the level asks for (adapter.py, LEVELS).
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
-from kvarena.conformance.adapter import (
+from kvarena.conformance.adapter.protocol import (
     AdapterError,
     Observation,
     as_observation,
@@ -35,7 +35,7 @@ from kvarena.conformance.adapter import (
     plan_of,
     tag_of,
 )
-from kvarena.conformance.checks import Geometry
+from kvarena.conformance.machine.checks import Geometry
 from kvarena.reference.arena import Arena
 from kvarena.spec.errors import ArenaError, PlanError
 from kvarena.spec.models import ArenaConfig, preset

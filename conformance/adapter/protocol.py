@@ -148,7 +148,7 @@ def observe(alloc: Any, order: Sequence[str]) -> Observation:
         raw = observe_reference(alloc)
     else:
         raise AdapterError(f"{type(alloc).__name__} has no observe(); return a "
-                           "kvarena.conformance.adapter.Observation(v2p, spans, holes, withheld)")
+                           "kvarena.conformance.adapter.protocol.Observation(v2p, spans, holes, withheld)")
     return as_observation(raw, order)
 
 
@@ -275,7 +275,7 @@ def check_adapter(alloc: Any, order: Sequence[str], where: str = "the allocator"
         missing.append("observe")
     if missing:
         raise AdapterError(f"{where} ({type(alloc).__name__}) lacks {', '.join(m + '()' for m in missing)}; "
-                           "see kvarena.conformance.adapter.Allocator for the protocol")
+                           "see kvarena.conformance.adapter.protocol.Allocator for the protocol")
     got = getattr(alloc, "order", None)
     if got is None:
         raise AdapterError(f"{where} ({type(alloc).__name__}) has no .order; list the class names in chain order "

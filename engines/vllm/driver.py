@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
-from kvarena.conformance.adapters.vllm_load import STUBS, VLLM_VERSION, VLLMUnavailable, load_vllm
+from kvarena.engines.vllm.load import STUBS, VLLM_VERSION, VLLMUnavailable, load_vllm
 from kvarena.spec.layout import DTYPE_BYTES, Kind
 from kvarena.spec.models import ModelSpec, preset
 
@@ -69,7 +69,7 @@ class StrictConfig(SimpleNamespace):
 
     def __getattr__(self, name: str) -> Any:
         raise AttributeError(f"the adapter's vllm_config has no {name!r}: vLLM reads a field the adapter "
-                             "does not model (add it to StrictConfig in conformance/adapters/vllm.py)")
+                             "does not model (add it to StrictConfig in engines/vllm/driver.py)")
 
 
 def _cache_config(block_size: int, mamba_cache_mode: str, enable_prefix_caching: bool, num_blocks: int | None,
@@ -280,7 +280,7 @@ class Driver:
         self._hasher = self.V.utils.get_request_block_hasher(self.plan.hash_block_size, hash_fn)
         self._status = self.V.request.RequestStatus
         if self.check is None:
-            from kvarena.conformance.adapters.vllm_checks import check_pool
+            from kvarena.engines.vllm.checks import check_pool
             self.check = check_pool
 
     @property
@@ -309,7 +309,7 @@ class Driver:
         """``rid``'s part of a step: admission (with a prefix-cache lookup) if it waits, else its next prefill
         chunk or decode token.  A step of its own unless ``same_step`` (then it joins the step begun last).
         Returns the new blocks, or None when the manager refuses (nothing scheduled)."""
-        from kvarena.conformance.adapters.vllm_checks import check_writes
+        from kvarena.engines.vllm.checks import check_writes
         if not (same_step and self.step_open):
             self.new_step()
         req = self.requests[rid]

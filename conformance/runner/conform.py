@@ -4,8 +4,8 @@
     print(report.format()); sys.exit(report.exit_code)
 
 Exit codes: 0 every check passed; 1 a divergence (the report carries the shrunk trace); 2 the adapter,
-the vector files or the arguments are broken (:class:`~kvarena.conformance.adapter.AdapterError`,
-:class:`~kvarena.conformance.vectors.VectorFormatError`), raised to the caller.
+the vector files or the arguments are broken (:class:`~kvarena.conformance.adapter.protocol.AdapterError`,
+:class:`~kvarena.conformance.vectors.replay.VectorFormatError`), raised to the caller.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kvarena.conformance.adapter import LEVELS, AdapterError, check_adapter
-from kvarena.conformance.checks import Geometry
-from kvarena.conformance.coverage import Coverage, format_coverage, merge, vacuity
-from kvarena.conformance.harness import build
-from kvarena.conformance.vectors import VECTOR_DIR, VectorResult, discover, load, replay
+from kvarena.conformance.adapter.protocol import LEVELS, AdapterError, check_adapter
+from kvarena.conformance.machine.checks import Geometry
+from kvarena.conformance.machine.harness import build
+from kvarena.conformance.runner.coverage import Coverage, format_coverage, merge, vacuity
+from kvarena.conformance.vectors.replay import VECTOR_DIR, VectorResult, discover, load, replay
 from kvarena.spec.errors import ArenaError
 from kvarena.spec.models import ArenaConfig, preset
 
@@ -188,7 +188,7 @@ def _machine(factory: Callable[[ArenaConfig], Any], level: str, examples: int, s
     from hypothesis import seed as hypothesis_seed
     from hypothesis.stateful import get_state_machine_test
 
-    from kvarena.conformance.lockstep import lockstep_for
+    from kvarena.conformance.machine.lockstep import lockstep_for
 
     runs = [0]
     cov = Coverage()

@@ -5,7 +5,7 @@ handles, so it conforms at ``safety`` and ``decisions`` but not at ``exact`` (wh
 the reference's).  The same pattern wraps an engine allocator whose method names or return shapes
 differ from the protocol: translate at the boundary, change nothing else.
 
-    kvarena conform --impl kvarena.conformance.example_adapter:renumbered --level decisions
+    kvarena conform --impl kvarena.conformance.adapter.renumbered:renumbered --level decisions
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from types import SimpleNamespace
 from typing import Any
 
-from kvarena.conformance.adapter import Observation, observe_reference
+from kvarena.conformance.adapter.protocol import Observation, observe_reference
 from kvarena.reference.arena import Arena
 from kvarena.spec.models import ArenaConfig
 from kvarena.spec.types import UserKind
@@ -96,5 +96,5 @@ class Renumbered:
 
 
 def renumbered(config: ArenaConfig) -> Renumbered:
-    """``--impl kvarena.conformance.example_adapter:renumbered``."""
+    """``--impl kvarena.conformance.adapter.renumbered:renumbered``."""
     return Renumbered(config)

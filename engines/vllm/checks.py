@@ -2,7 +2,7 @@
 
 A block pool has no byte arena, so kvarena's byte invariants (no overlap, band order, conservation) have no
 object here.  What a block pool promises instead, each with a stable ID, checked after every step of
-:class:`BlockPoolMachine` (conformance/adapters/vllm.py says how the steps map onto the manager's calls):
+:class:`BlockPoolMachine` (engines/vllm/driver.py says how the steps map onto the manager's calls):
 
 ``VLLM-FREE-QUEUE``       the free queue is a well-formed doubly linked list from the fake head to the fake
                           tail (every ``prev`` mirrors a ``next``, no block twice, never the null block) whose
@@ -33,8 +33,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from kvarena.conformance.adapters.vllm import Driver, Plan, build
-from kvarena.conformance.adapters.vllm_load import load_vllm
+from kvarena.engines.vllm.driver import Driver, Plan, build
+from kvarena.engines.vllm.load import load_vllm
 from kvarena.spec.errors import InvariantViolation
 
 INVARIANTS = ("VLLM-FREE-QUEUE", "VLLM-FREE-IFF-UNREF", "VLLM-REFCOUNT", "VLLM-ONE-GROUP", "VLLM-PREFIX-MAP",

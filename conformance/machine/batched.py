@@ -30,11 +30,11 @@ import numpy as np
 from hypothesis import settings as Settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from kvarena.conformance.adapter import LEVELS, AdapterError, ids_of, pages_of, plan_of, takes
-from kvarena.conformance.below import offers_below, random_below
-from kvarena.conformance.conductor import Conductor
-from kvarena.conformance.harness import Expect, Outcome
-from kvarena.conformance.lockstep import (
+from kvarena.conformance.adapter.protocol import LEVELS, AdapterError, ids_of, pages_of, plan_of, takes
+from kvarena.conformance.machine.below import offers_below, random_below
+from kvarena.conformance.machine.conductor import Conductor
+from kvarena.conformance.machine.harness import Expect, Outcome
+from kvarena.conformance.machine.lockstep import (
     Chooser,
     LockstepMachine,
     as_rule,

@@ -5,14 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from kvarena.conformance.adapter import DEFAULT_IMPL, LEVELS, REFERENCE_ALIAS
+from kvarena.conformance.adapter.protocol import DEFAULT_IMPL, LEVELS, REFERENCE_ALIAS
 
 CONFORM_DESCRIPTION = """\
 Run the conformance suite against an allocator: every committed vector (traces with the reference's
 expected results, conformance/vectors/) and the lockstep state machine (Hypothesis drives the reference
 and your allocator with the same operations and compares them after every step). Your allocator is
 reached through a factory: a callable ArenaConfig -> allocator that speaks the adapter protocol
-(kvarena.conformance.adapter.Allocator: the reference's methods plus observe()).
+(kvarena.conformance.adapter.protocol.Allocator: the reference's methods plus observe()).
 
 levels (each includes the ones above it):
   safety     your allocator's own state satisfies every invariant (no overlap, band order, a bijective
@@ -55,7 +55,7 @@ See conformance/README.md ("Don't Panic") for the protocol and how to read a div
 
 VECTORS_DESCRIPTION = """\
 The committed conformance vectors (conformance/vectors/*.jsonl, format in conformance/vectors/FORMAT.md)
-are generated from the reference by the scenarios of kvarena/conformance/scenarios.py.
+are generated from the reference by the scenarios of kvarena/conformance/vectors/scenarios.py.
   --write   regenerate them (review the diff: a change means the reference's behaviour changed)
   --check   verify the committed files are exactly what the reference generates now (exit 1 if not)
   --list    list the files, what each covers and its size
@@ -117,9 +117,9 @@ def run_conform(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
-    from kvarena.conformance.adapter import AdapterError, default_level, load_factory
-    from kvarena.conformance.runner import EXIT_BROKEN, conform
-    from kvarena.conformance.vectors import VECTOR_DIR, VectorFormatError
+    from kvarena.conformance.adapter.protocol import AdapterError, default_level, load_factory
+    from kvarena.conformance.runner.conform import EXIT_BROKEN, conform
+    from kvarena.conformance.vectors.replay import VECTOR_DIR, VectorFormatError
 
     if args.examples < 0 or args.steps < 1 or (args.trace_lines is not None and args.trace_lines < 0):
         print("kvarena conform: --examples and --trace-lines must be >= 0 and --steps >= 1", file=sys.stderr)
@@ -139,7 +139,7 @@ def run_conform(args: argparse.Namespace) -> int:
         print(f"kvarena conform: broken {kind}: {e}", file=sys.stderr)
         return EXIT_BROKEN
     if args.junit_xml:
-        from kvarena.conformance import junit
+        from kvarena.conformance.runner import junit
 
         junit.write(report, args.junit_xml)
     print(json.dumps(report.to_json(), indent=2) if args.json else report.format(verbose=args.verbose))
@@ -150,7 +150,7 @@ def run_vectors(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
-    from kvarena.conformance import vectors
+    from kvarena.conformance.vectors import replay as vectors
 
     directory = Path(args.dir) if args.dir else vectors.VECTOR_DIR
     if not args.write and not directory.is_dir():

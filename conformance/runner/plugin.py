@@ -3,7 +3,7 @@
     pytest --kvarena-impl=mypkg.kv_adapter:make --kvarena-level=decisions
 
 adds one test item, ``kvarena-conformance[<impl>@<level>]``, that runs the committed vectors and the
-lockstep machine (kvarena.conformance.runner.conform) and fails with the divergence and its shrunk trace.
+lockstep machine (kvarena.conformance.runner.conform.conform) and fails with the divergence and its shrunk trace.
 Registered as the ``kvarena`` entry point of ``pytest11``; without ``--kvarena-impl`` it does nothing
 (it is loaded in every pytest run of an environment where kvarena is installed).  The factory's module
 imports from pytest's working directory too; a vacuous run (nothing exercised) fails like a divergence.
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-LEVELS = ("safety", "decisions", "exact")  # kvarena.conformance.adapter.LEVELS, without importing it here
+LEVELS = ("safety", "decisions", "exact")  # kvarena.conformance.adapter.protocol.LEVELS, without importing it here
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -44,9 +44,9 @@ class ConformanceItem(pytest.Item):
     def runtest(self) -> None:
         from pathlib import Path
 
-        from kvarena.conformance.adapter import AdapterError, load_factory
-        from kvarena.conformance.runner import conform
-        from kvarena.conformance.vectors import VECTOR_DIR, VectorFormatError
+        from kvarena.conformance.adapter.protocol import AdapterError, load_factory
+        from kvarena.conformance.runner.conform import conform
+        from kvarena.conformance.vectors.replay import VECTOR_DIR, VectorFormatError
 
         vectors = None if self.vectors == "none" else Path(self.vectors) if self.vectors else VECTOR_DIR
         try:
@@ -73,7 +73,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     impl = config.getoption("kvarena_impl", None)
     if not impl:
         return
-    from kvarena.conformance.adapter import default_level  # light: no hypothesis until the item runs
+    from kvarena.conformance.adapter.protocol import default_level  # light: no hypothesis until the item runs
 
     level = config.getoption("kvarena_level") or default_level(impl)
     items.append(ConformanceItem.from_parent(session, name=f"kvarena-conformance[{impl}@{level}]", impl=impl,

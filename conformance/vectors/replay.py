@@ -19,11 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kvarena.conformance.adapter import FEATURES, AdapterError, features
-from kvarena.conformance.checks import Geometry
-from kvarena.conformance.conductor import Conductor
-from kvarena.conformance.coverage import Coverage
-from kvarena.conformance.harness import (
+from kvarena.conformance.adapter.protocol import FEATURES, AdapterError, features
+from kvarena.conformance.machine.checks import Geometry
+from kvarena.conformance.machine.conductor import Conductor
+from kvarena.conformance.machine.harness import (
     ADMISSIONS,
     CONFIG_FIELDS,
     FREEING,
@@ -40,6 +39,7 @@ from kvarena.conformance.harness import (
     config_from_json,
     config_to_json,
 )
+from kvarena.conformance.runner.coverage import Coverage
 from kvarena.reference.split import float_hints
 from kvarena.spec.errors import ERROR_CODES, ArenaError
 from kvarena.spec.layout import entry_layout
@@ -47,7 +47,7 @@ from kvarena.spec.models import ArenaConfig, chain
 
 FORMAT = "kvarena-vectors"
 VERSION = 1
-VECTOR_DIR = Path(__file__).resolve().parent / "vectors"
+VECTOR_DIR = Path(__file__).resolve().parent  # the committed *.jsonl beside this module
 
 
 FEATURE_HELP = {"below": "the placement limit of admit / extend: both must take a `below` parameter"}
@@ -126,7 +126,7 @@ def render(name: str, description: str, config: ArenaConfig, script: Callable[[C
 
 def write_all(directory: Path = VECTOR_DIR, only: Iterable[str] | None = None) -> list[tuple[str, int]]:
     """Regenerate the vector set into ``directory``; returns (file name, bytes) per file."""
-    from kvarena.conformance.scenarios import VECTORS
+    from kvarena.conformance.vectors.scenarios import VECTORS
 
     directory.mkdir(parents=True, exist_ok=True)
     out = []
@@ -148,7 +148,7 @@ def write_all(directory: Path = VECTOR_DIR, only: Iterable[str] | None = None) -
 
 def check_all(directory: Path = VECTOR_DIR) -> list[tuple[str, str]]:
     """[(file, problem)] for every committed vector that differs from what the reference generates now."""
-    from kvarena.conformance.scenarios import VECTORS
+    from kvarena.conformance.vectors.scenarios import VECTORS
 
     problems = []
     names = set()

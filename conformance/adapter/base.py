@@ -85,7 +85,7 @@ def check_vids(vids: Sequence[int], bound: Container[int], what: str, hint: str 
 
 
 class PoolAdapter:
-    """The adapter protocol (kvarena.conformance.adapter.Allocator) around a pool's primitives."""
+    """The adapter protocol (kvarena.conformance.adapter.protocol.Allocator) around a pool's primitives."""
 
     def __init__(self, config: ArenaConfig) -> None:
         config.validate()  # ConfigError / MisalignedRowError exactly as the reference raises them

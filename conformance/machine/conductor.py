@@ -1,9 +1,9 @@
 """The :class:`Conductor`: one step on the oracle and on the implementation, compared at a level.
 
 The oracle (the live reference or a recorded vector, harness.py) says what a step does; the
-implementation runs the same step (:class:`~kvarena.conformance.harness.Side`); the conductor
+implementation runs the same step (:class:`~kvarena.conformance.machine.harness.Side`); the conductor
 reconciles the two answers, then checks the implementation's own state against every invariant
-(conformance/checks.py) and counts what the step exercised (conformance/coverage.py).  At ``safety``
+(conformance/machine/checks.py) and counts what the step exercised (conformance/runner/coverage.py).  At ``safety``
 a state is checked before anything is undone: an admission that fits on the implementation only is
 checked as placed, then taken back.
 """
@@ -15,10 +15,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvarena.conformance.adapter import AdapterError, Observation, arena_like, check_adapter, ids_of, tag_of
-from kvarena.conformance.checks import Geometry, HeldPage, check_observation
-from kvarena.conformance.coverage import Coverage
-from kvarena.conformance.harness import (
+from kvarena.conformance.adapter.protocol import AdapterError, Observation, arena_like, check_adapter, ids_of, tag_of
+from kvarena.conformance.machine.checks import Geometry, HeldPage, check_observation
+from kvarena.conformance.machine.harness import (
     ADMISSIONS,
     FREEING,
     PLACEMENT_DEPENDENT,
@@ -32,6 +31,7 @@ from kvarena.conformance.harness import (
     build,
     config_from_json,
 )
+from kvarena.conformance.runner.coverage import Coverage
 from kvarena.spec.errors import ArenaError, InvariantViolation
 from kvarena.spec.layout import Kind
 from kvarena.spec.models import ArenaConfig

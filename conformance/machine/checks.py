@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from kvarena.conformance.adapter import Observation
+from kvarena.conformance.adapter.protocol import Observation
 from kvarena.spec.errors import InvariantViolation
 from kvarena.spec.layout import Kind, entries_per_page, entry_layout
 from kvarena.spec.models import ArenaConfig, chain

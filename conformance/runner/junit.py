@@ -14,7 +14,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
-from kvarena.conformance.coverage import EXPOSURE
+from kvarena.conformance.runner.coverage import EXPOSURE
 
 
 def _case(suite: ET.Element, classname: str, name: str, seconds: float = 0.0) -> ET.Element:
@@ -22,7 +22,7 @@ def _case(suite: ET.Element, classname: str, name: str, seconds: float = 0.0) ->
 
 
 def to_xml(report: Any) -> ET.ElementTree:
-    """The JUnit tree of a :class:`kvarena.conformance.runner.Report`."""
+    """The JUnit tree of a :class:`kvarena.conformance.runner.conform.Report`."""
     suites = ET.Element("testsuites")
     suite = ET.SubElement(suites, "testsuite", name=f"kvarena-conform[{report.impl}@{report.level}]",
                           time=f"{report.seconds:.3f}")

@@ -1,7 +1,7 @@
 """kvarena's adapter protocol over SGLang 0.5.23's real unified-memory allocator, on CPU torch.
 
     pip install --no-deps sglang==0.5.23 msgspec==0.22.0      # msgspec: one of sglang's own dependencies
-    kvarena conform --impl kvarena.conformance.adapters.sglang:make --level safety --examples 200
+    kvarena conform --impl kvarena.engines.sglang.adapter:make --level safety --examples 200
 
 What runs is SGLang's own code, imported from the installed wheel (never copied here):
 ``UnifiedKVPool`` (the one byte arena, its chain ordering, its reserved sink floor),
@@ -157,9 +157,9 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from kvarena.conformance.adapter import Observation
-from kvarena.conformance.base import check_demand, check_vids
-from kvarena.conformance.checks import (
+from kvarena.conformance.adapter.base import check_demand, check_vids
+from kvarena.conformance.adapter.protocol import Observation
+from kvarena.conformance.machine.checks import (
     Geometry,
     HeldPage,
     check_band_order,
@@ -223,7 +223,7 @@ class SGLangStateError(AssertionError):
 def _unreached(name: str) -> Any:
     def fail(*_a: Any, **_k: Any) -> Any:
         raise NotImplementedError(f"{name} is a stub of the kvarena SGLang adapter: the allocator path it "
-                                  "exercises never calls it (see kvarena.conformance.adapters.sglang)")
+                                  "exercises never calls it (see kvarena.engines.sglang.adapter)")
     fail.__name__ = name
     return fail
 
@@ -257,7 +257,7 @@ def load_sglang() -> SimpleNamespace:
         return m
 
     def module(name: str, **attrs: Any) -> types.ModuleType:
-        m = types.ModuleType(name, "kvarena stub (see kvarena.conformance.adapters.sglang)")
+        m = types.ModuleType(name, "kvarena stub (see kvarena.engines.sglang.adapter)")
         m.__dict__.update(attrs)
         sys.modules[name] = m
         installed.append(name)
@@ -1065,7 +1065,7 @@ class SGLangArena:
 
 
 def make(config: ArenaConfig) -> SGLangArena:
-    """``--impl kvarena.conformance.adapters.sglang:make``: lazy compaction, as SGLang serves."""
+    """``--impl kvarena.engines.sglang.adapter:make``: lazy compaction, as SGLang serves."""
     return SGLangArena(config)
 
 

@@ -1,7 +1,7 @@
 """Lockstep conformance: the reference and an implementation driven by one Hypothesis state machine.
 
 Every rule draws an operation in handle terms (harness.py) from the reference's state, runs it on
-both allocators through the :class:`~kvarena.conformance.harness.Conductor`, and after every step
+both allocators through the :class:`~kvarena.conformance.machine.harness.Conductor`, and after every step
 the level's checks run on the implementation:
 
 ``safety``     its observation satisfies the invariants (checks.py; plus
@@ -10,7 +10,7 @@ the level's checks run on the implementation:
 ``decisions``  + the same admit / extend / relayout outcomes and shortfalls
 ``exact``      + the same virtual ids, v->p, spans, holes, withheld (and plans, if it returns them)
 
-The operation alphabet (:data:`RULES`) is the one of ``conformance/machine.py`` plus every error path,
+The operation alphabet (:data:`RULES`) is the one of ``conformance/machine/arena.py`` plus every error path,
 and it is shared with the vector scenarios (scenarios.py), which draw from it with a seeded
 ``random.Random`` instead of Hypothesis.
 
@@ -28,11 +28,11 @@ from hypothesis import settings as Settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule, run_state_machine_as_test
 
-from kvarena.conformance.adapter import LEVELS
-from kvarena.conformance.below import offers_below, r_admit_below, r_extend_below
-from kvarena.conformance.checks import Geometry
-from kvarena.conformance.conductor import Conductor
-from kvarena.conformance.harness import (
+from kvarena.conformance.adapter.protocol import LEVELS
+from kvarena.conformance.machine.below import offers_below, r_admit_below, r_extend_below
+from kvarena.conformance.machine.checks import Geometry
+from kvarena.conformance.machine.conductor import Conductor
+from kvarena.conformance.machine.harness import (
     CACHE,
     Divergence,
     LiveReference,

@@ -1,4 +1,4 @@
-"""Loading vLLM 0.33.0's v1 KV cache manager without its import chain (conformance/adapters/vllm.py).
+"""Loading vLLM 0.33.0's v1 KV cache manager without its import chain (engines/vllm/driver.py).
 
     pip install --no-deps vllm==0.33.0 && pip install msgspec cbor2 regex    # what the chain needs
 

@@ -1,7 +1,7 @@
 """The committed vector set: what each file of conformance/vectors/ exercises, and how it is generated.
 
 Each :class:`VectorSpec` is a configuration, a seed and a script over the reference (a
-:class:`~kvarena.conformance.harness.Conductor` with no implementation).  Scripts are scripted
+:class:`~kvarena.conformance.machine.harness.Conductor` with no implementation).  Scripts are scripted
 scenarios (named after the behaviour or the SGLang bug they pin down), random walks over the
 lockstep machine's alphabet (lockstep.RULES) drawn with ``random.Random(seed)``, or both.  A
 scenario asserts that the reference does what it is meant to show (e.g. that an admission really
@@ -18,9 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kvarena.conformance.conductor import Conductor
-from kvarena.conformance.harness import CACHE, Expect
-from kvarena.conformance.lockstep import RULES, RandomChooser
+from kvarena.conformance.machine.conductor import Conductor
+from kvarena.conformance.machine.harness import CACHE, Expect
+from kvarena.conformance.machine.lockstep import RULES, RandomChooser
 from kvarena.spec.models import ArenaConfig, preset
 
 Script = Callable[[Conductor, random.Random], None]
@@ -273,7 +273,7 @@ def errors_every_code(c: Conductor, rng: random.Random) -> None:
 
 def _smallest_capacity(config_json: dict) -> int:
     """The smallest capacity the reference builds for this configuration (binary search)."""
-    from kvarena.conformance.harness import config_from_json
+    from kvarena.conformance.machine.harness import config_from_json
     from kvarena.reference.arena import Arena
     from kvarena.spec.errors import CapacityTooSmallError
 
@@ -518,22 +518,22 @@ VECTORS: tuple[VectorSpec, ...] = (
                "toy-tri", 2912, 2, sglang_off_grid_frontier, seed=16),
 )
 
-from kvarena.conformance.scenarios_sglang import unit_vectors  # noqa: E402 (SGLang's own unit tests, ported)
+from kvarena.conformance.vectors.sglang import unit_vectors  # noqa: E402 (SGLang's own unit tests, ported)
 
 VECTORS += unit_vectors()
 
-from kvarena.conformance.scenarios_integrations import integration_vectors  # noqa: E402 (spec §Integrations)
+from kvarena.conformance.vectors.integrations import integration_vectors  # noqa: E402 (spec §Integrations)
 
 VECTORS += integration_vectors()
 
-from kvarena.conformance.scenarios_recurrent import recurrent_vectors  # noqa: E402 (spec/arena.md §INV-STATE-PRIVATE)
+from kvarena.conformance.vectors.recurrent import recurrent_vectors  # noqa: E402 (spec/arena.md §INV-STATE-PRIVATE)
 
 VECTORS += recurrent_vectors()
 
-from kvarena.conformance.scenarios_hymba import hymba_vectors  # noqa: E402 (rung 3 on a published model)
+from kvarena.conformance.vectors.hymba import hymba_vectors  # noqa: E402 (rung 3 on a published model)
 
 VECTORS += hymba_vectors()
 
-from kvarena.conformance.scenarios_below import below_vectors  # noqa: E402 (spec/arena.md §Placement limit)
+from kvarena.conformance.vectors.below import below_vectors  # noqa: E402 (spec/arena.md §Placement limit)
 
 VECTORS += below_vectors()

@@ -16,12 +16,12 @@ import random
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from kvarena.conformance.harness import CACHE, OPS, Expect
-from kvarena.conformance.scenarios_sglang import _s, ok, refused  # the scripted scenarios' shared steps
+from kvarena.conformance.machine.harness import CACHE, OPS, Expect
+from kvarena.conformance.vectors.sglang import _s, ok, refused  # the scripted scenarios' shared steps
 
 if TYPE_CHECKING:
-    from kvarena.conformance.conductor import Conductor
-    from kvarena.conformance.scenarios import VectorSpec
+    from kvarena.conformance.machine.conductor import Conductor
+    from kvarena.conformance.vectors.scenarios import VectorSpec
 
 
 def check(cond: bool, what: str) -> None:
@@ -515,7 +515,7 @@ INTEGRATIONS: tuple[Integration, ...] = (
                 "DeepSeek-V4, MLA + sliding window, full attention only", "toy-tri", 3360, 2, unsupported, 209),
 )
 
-# Where SGLang 0.5.23's adapter (conformance/adapters/sglang.py, at `safety`) cannot follow a vector, and why; the
+# Where SGLang 0.5.23's adapter (engines/sglang/adapter.py, at `safety`) cannot follow a vector, and why; the
 # SGLang suite checks each one fails exactly so (tests/sglang/test_sglang_conformance.py), and passes the rest.
 SGLANG_EXPECTED: dict[str, tuple[str, str]] = {
     "integration-spec-decode": (
@@ -536,7 +536,7 @@ SGLANG_EXPECTED: dict[str, tuple[str, str]] = {
 
 
 def integration_vectors() -> tuple[VectorSpec, ...]:
-    from kvarena.conformance.scenarios import VectorSpec
+    from kvarena.conformance.vectors.scenarios import VectorSpec
 
     return tuple(VectorSpec(i.vector, i.description, i.model, i.capacity, i.page_size, i.script, seed=i.seed)
                  for i in INTEGRATIONS)

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from kvarena.conformance.adapter import features
+from kvarena.conformance.adapter.protocol import features
 
 if TYPE_CHECKING:
-    from kvarena.conformance.conductor import Conductor
-    from kvarena.conformance.lockstep import Chooser
+    from kvarena.conformance.machine.conductor import Conductor
+    from kvarena.conformance.machine.lockstep import Chooser
 
 
 def offers_below(c: Conductor) -> bool:
@@ -67,7 +67,7 @@ def bad_below(c: Conductor, ch: Chooser) -> Any:
 
 def r_admit_below(c: Conductor, ch: Chooser) -> None:
     """An admission with a placement limit (valid mostly; now and then a malformed one, refused)."""
-    from kvarena.conformance.lockstep import _demand, shareable
+    from kvarena.conformance.machine.lockstep import _demand, shareable
 
     demand = _demand(c, ch, 3)
     pages = shareable(c)
@@ -78,7 +78,7 @@ def r_admit_below(c: Conductor, ch: Chooser) -> None:
 
 def r_extend_below(c: Conductor, ch: Chooser) -> None:
     """Decode growth with a placement limit (valid mostly; now and then a malformed one, refused)."""
-    from kvarena.conformance.lockstep import _demand, requests
+    from kvarena.conformance.machine.lockstep import _demand, requests
 
     owner = ch.choice(requests(c), "owner")
     demand = _demand(c, ch, 2, owner)
