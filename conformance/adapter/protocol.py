@@ -7,6 +7,12 @@ trace's logical page handles.  Errors must be the classes of
 
 Levels of agreement with the reference (what the lockstep harness and the vectors compare):
 
+``pool``       for an allocator without bands (a block pool: one block size, one free list, classes
+               interleaved): its :class:`PoolObservation` (byte ranges, no spans) satisfies the
+               invariants any paged allocator keeps (no two pages share a byte, ledger safety and
+               withholding, a bijective id map, bytes conserved in the pool's own terms), rows read
+               back and fresh rows read 0, the same pages are freed, refusals other than "does not fit"
+               are the same error class and change nothing; admission outcomes may differ both ways
 ``safety``     the implementation's own observation satisfies the invariants (no overlap, band
                order, a bijective v->p map with no leaked or lost page, ledger safety, byte
                conservation, the feasibility floor), every virtual page reads back what was last
@@ -28,7 +34,9 @@ Shapes the harness expects (checked; a wrong shape is an :class:`AdapterError` n
   exactly at every level (INV-CONTENT-FOLLOWS-VID);
 * ``translate`` returns ``(class, slot)``;
 * ``copy_state(owner, src)`` (optional) returns the new virtual id (an int) of a copy of recurrent page ``src``;
-* ``observe`` returns an :class:`Observation` (or a mapping with its four fields);
+* ``observe`` returns an :class:`Observation` (or a mapping with its four fields); at ``pool`` a
+  :class:`PoolObservation` (or a mapping with its four fields), or an ``Observation`` (its slots are read
+  as byte ranges: any arena can run at ``pool``);
 * ``held(owner)`` (optional) returns class -> ids the owner holds, in acquisition order; when present it
   is compared after every step.
 
@@ -45,12 +53,14 @@ import inspect
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from kvarena.spec.models import ArenaConfig
 from kvarena.spec.types import Observation, Plan, UserKind
 
-LEVELS = ("safety", "decisions", "exact")
+LEVELS = ("pool", "safety", "decisions", "exact")  # each includes the ones before it, except pool's byte view
+OWN_POLICY = ("pool", "safety")  # levels where the implementation keeps its own placement (outcomes may differ)
 
 REQUIRED_METHODS = ("admit", "extend", "share", "drop", "slide", "free", "acquire", "release", "compact",
                     "relayout", "write", "read", "translate")
@@ -65,6 +75,39 @@ REFERENCE_ALIAS = "reference"  # ``--impl reference``: the reference itself (a s
 class AdapterError(AssertionError):
     """The implementation does not speak the adapter protocol: a missing method, a wrong return
     shape, a factory that cannot be imported or raised.  Not a divergence: fix the adapter first."""
+
+
+POOL_HINT = ("if your allocator has no bands (a block pool: one block size for every class, one free list, "
+             "classes interleaved), run it with --level pool (conformance/README.md, Which level fits my allocator)")
+
+
+class BandlessObservation(AdapterError):
+    """``observe()`` returned a :class:`PoolObservation` at a level that decides bands (safety and above):
+    the harness reports it as a divergence naming INV-BAND-ORDER and pointing to ``--level pool``."""
+
+
+@dataclass(frozen=True)
+class PoolObservation:
+    """What an allocator without bands exposes at level ``pool``: byte ranges of the arena, no spans.
+
+    ``pages``     live virtual page -> ``(class, offset, nbytes)``: the bytes the pool reserved for it (a block
+                  pool: its whole block; at least the class's page bytes, else the page spills into a neighbour)
+    ``withheld``  ``(offset, nbytes)`` of every freed page a ledger user still holds (not handed out until released)
+    ``free``      ``(offset, nbytes)`` of every extent the pool may hand out next (its free list or queue; the
+                  order is the pool's policy and is not compared)
+    ``total``     the bytes the pool manages (e.g. ``num_blocks * block_bytes``): constant, at most the capacity;
+                  live + withheld + free must add up to it (a block in none of them leaked)
+    """
+
+    pages: dict[int, tuple[str, int, int]]
+    withheld: tuple[tuple[int, int], ...]
+    free: tuple[tuple[int, int], ...]
+    total: int
+
+    @property
+    def v2p(self) -> dict[int, tuple[str, int]]:
+        """vid -> (class, byte offset): where the harness records a ledger user's pages."""
+        return {v: (c, o) for v, (c, o, _n) in self.pages.items()}
 
 
 @runtime_checkable
@@ -154,6 +197,10 @@ def observe(alloc: Any, order: Sequence[str]) -> Observation:
 
 def as_observation(raw: Any, order: Sequence[str]) -> Observation:
     fields = ("v2p", "spans", "holes", "withheld")
+    if isinstance(raw, PoolObservation):
+        raise BandlessObservation(f"observe() returned a PoolObservation (byte ranges, no bands): the levels safety, "
+                                  f"decisions and exact decide band invariants a pool without bands cannot keep "
+                                  f"(INV-BAND-ORDER, bands disjoint); {POOL_HINT}")
     if isinstance(raw, Mapping):
         get = raw.get
     else:
@@ -187,6 +234,58 @@ def as_observation(raw: Any, order: Sequence[str]) -> Observation:
                            f"spans={{class: (lo, hi)}}, holes={{class: (slot, ...)}}, withheld={{class: (slot, ...)}}) "
                            f"with every class of {list(order)} ({type(e).__name__}: {e})") from None
     return Observation(dict(sorted(v2p.items())), spans, holes, withheld)
+
+
+def observe_pool(alloc: Any, order: Sequence[str], page_bytes: Mapping[str, int], capacity: int) -> PoolObservation:
+    """The implementation's observation at level ``pool``, normalized; an Observation is read as byte ranges."""
+    raw = alloc.observe() if hasattr(alloc, "observe") else observe_reference(alloc) if arena_like(alloc) else None
+    if raw is None:
+        raise AdapterError(f"{type(alloc).__name__} has no observe(); return a "
+                           "kvarena.conformance.adapter.protocol.PoolObservation(pages, withheld, free, total)")
+    has = (lambda k: k in raw) if isinstance(raw, Mapping) else (lambda k: hasattr(raw, k))
+    if has("spans"):
+        return pool_view(as_observation(raw, order), page_bytes, capacity)
+    get = raw.get if isinstance(raw, Mapping) else (lambda k: getattr(raw, k, None))
+    try:
+        pages_raw, wh_raw, free_raw, total = (get(f) for f in ("pages", "withheld", "free", "total"))
+        pages: dict[int, tuple[str, int, int]] = {}
+        for v, page in dict(pages_raw).items():
+            cls, off, n = page
+            if not (_int(v) and isinstance(cls, str) and _int(off) and _int(n)):
+                raise TypeError(f"pages[{v!r}] = {page!r}")
+            pages[int(v)] = (cls, int(off), int(n))
+        ranges = []
+        for part in (wh_raw, free_raw):
+            rs = [(int(o), int(n)) for o, n in part if _int(o) and _int(n)]
+            if len(rs) != len(part):
+                raise TypeError(f"{part!r:.100} is not a list of (offset, nbytes) ints")
+            ranges.append(tuple(sorted(rs)))
+        if not _int(total):
+            raise TypeError(f"total = {total!r}")
+    except (TypeError, ValueError) as e:
+        raise AdapterError(f"observe() returned {raw!r:.300}: expected PoolObservation(pages={{vid: (class, offset, "
+                           f"nbytes)}}, withheld=[(offset, nbytes)], free=[(offset, nbytes)], total=bytes) or an "
+                           f"Observation ({type(e).__name__}: {e})") from None
+    return PoolObservation(dict(sorted(pages.items())), ranges[0], ranges[1], int(total))
+
+
+def pool_view(obs: Observation, page_bytes: Mapping[str, int], capacity: int) -> PoolObservation:
+    """An arena's observation as byte ranges: slot s of class c is ``[s * P[c], (s + 1) * P[c])``; holes, gaps
+    and padding are free; the pool manages the whole capacity."""
+    def rng(c: str, s: int) -> tuple[int, int]:
+        return s * page_bytes.get(c, 0), page_bytes.get(c, 0)
+
+    pages = {v: (c, *rng(c, s)) for v, (c, s) in obs.v2p.items()}
+    withheld = sorted(rng(c, s) for c, ss in obs.withheld.items() for s in ss)
+    holes = sorted(rng(c, s) for c, ss in obs.holes.items() for s in ss)
+    gaps, at = [], 0  # bytes in no page, hole or withheld slot: free as well
+    for o, n in sorted([(o, n) for _c, o, n in pages.values()] + withheld + holes):
+        if o > at:
+            gaps.append((at, o - at))
+        at = max(at, o + n)
+    if at < capacity:
+        gaps.append((at, capacity - at))
+    return PoolObservation(pages, tuple(withheld), tuple(sorted(holes + gaps)), capacity)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -287,7 +386,7 @@ def check_adapter(alloc: Any, order: Sequence[str], where: str = "the allocator"
 def default_level(spec: str | None) -> str:
     """``exact`` for kvarena's own implementations (gpu/, the reference), ``safety`` for anyone else's: a
     third-party allocator keeps its own placement policy and is held to the invariants, not to the
-    reference's choices."""
+    reference's choices (an allocator without bands asks for ``pool`` explicitly)."""
     return "exact" if (spec or DEFAULT_IMPL) in (DEFAULT_IMPL, REFERENCE_ALIAS) else "safety"
 
 

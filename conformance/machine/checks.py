@@ -10,6 +10,10 @@ physical pages each ledger user held when it acquired them.  Each raises
 INV-PAGE-ATOMIC is decided by data integrity (every written row of every page reads back its last
 tag after any moves, checked by the harness through ``read``); INV-FEASIBILITY-FLOOR by comparing
 construction outcomes with the reference.
+
+At level ``pool`` (:func:`check_pool_observation`) the same IDs are decided on a
+:class:`~kvarena.conformance.adapter.protocol.PoolObservation` (byte ranges, no bands): what every
+paged allocator keeps.  INV-BAND-ORDER has no object there and is not checked.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from kvarena.conformance.adapter.protocol import Observation
+from kvarena.conformance.adapter.protocol import Observation, PoolObservation
 from kvarena.spec.errors import InvariantViolation
 from kvarena.spec.layout import Kind, entries_per_page, entry_layout
 from kvarena.spec.models import ArenaConfig, chain
@@ -70,8 +74,9 @@ class HeldPage:
     user: str
     mode: Mode
     cls: str
-    slot: int
+    slot: int  # at level pool: the byte offset
     alive_at: tuple[str, int] | None  # where the same logical page is now, None if it was freed
+    nbytes: int = 0  # at level pool: the bytes the page had when the user acquired it
 
 
 def check_no_overlap(obs: Observation, geo: Geometry) -> None:
@@ -202,3 +207,114 @@ def check_observation(obs: Observation, geo: Geometry, live: Mapping[int, str], 
     check_ledger(obs, holds)
     check_vmap(obs, live)
     check_conservation(obs, geo)
+
+
+# ---------------------------------------------------------------------------------------------
+# Level pool: byte ranges, no bands
+
+
+def _extents(obs: PoolObservation) -> list[tuple[int, int, str]]:
+    """Every range the observation names, as (start, end, what)."""
+    out = [(o, o + n, f"page {v} ({c})") for v, (c, o, n) in obs.pages.items()]
+    out += [(o, o + n, "a withheld page") for o, n in obs.withheld]
+    out += [(o, o + n, "a free extent") for o, n in obs.free]
+    return out
+
+
+def check_pool_no_overlap(obs: PoolObservation, geo: Geometry) -> None:
+    """INV-NO-OVERLAP in bytes: every range lies in the arena, a page fits the bytes reserved for it, and no
+    two ranges (live pages, withheld pages, free extents) share a byte."""
+    for v, (c, o, n) in obs.pages.items():
+        if c not in geo.page_bytes:
+            _fail("INV-NO-OVERLAP", f"page {v} is bound to unknown class {c!r}")
+        if n < geo.page_bytes[c]:
+            _fail("INV-NO-OVERLAP", f"page {v} ({c}) has {n} B reserved at {o}, less than its {geo.page_bytes[c]} B: "
+                                    "it spills into the next bytes")
+    extents = sorted(_extents(obs))
+    for lo, hi, what in extents:
+        if lo < 0 or hi > geo.capacity or hi <= lo:
+            _fail("INV-NO-OVERLAP", f"{what} at bytes [{lo}, {hi}) leaves [0, {geo.capacity}) or is empty")
+    for (lo1, hi1, a), (lo2, hi2, b) in zip(extents, extents[1:]):
+        if lo2 < hi1:
+            _fail("INV-NO-OVERLAP", f"{a} [{lo1}, {hi1}) and {b} [{lo2}, {hi2}) share bytes [{lo2}, {min(hi1, hi2)})")
+
+
+def check_pool_ledger(obs: PoolObservation, holds: Sequence[HeldPage]) -> None:
+    """INV-LEDGER-SAFETY in bytes: the bytes a user holds are still its page's or withheld, a written page has
+    not moved, every withheld range has a user and no free extent holds a user's bytes."""
+    def overlaps(lo: int, hi: int, ranges: Sequence[tuple[int, int]]) -> bool:
+        return any(o < hi and lo < o + n for o, n in ranges)
+
+    spans = [(h.slot, h.nbytes) for h in holds]
+    for h in holds:
+        lo, hi = h.slot, h.slot + h.nbytes
+        if h.alive_at != (h.cls, h.slot) and not any(o <= lo and hi <= o + n for o, n in obs.withheld):
+            now = [v for v, (_c, o, n) in obs.pages.items() if o < hi and lo < o + n]
+            state = ("free (the pool may hand them out)" if overlaps(lo, hi, obs.free) else
+                     f"page {now[0]}'s" if now else "neither withheld nor free")
+            where = "freed" if h.alive_at is None else f"now at {h.alive_at[0]} byte {h.alive_at[1]}"
+            _fail("INV-LEDGER-SAFETY", f"user {h.user} holds {h.cls} bytes [{lo}, {hi}) but they are {state}; its "
+                                       f"page is {where}")
+        if h.mode is Mode.WRITE and h.alive_at is not None and h.alive_at != (h.cls, h.slot):
+            _fail("INV-LEDGER-SAFETY", f"page at {h.cls} byte {h.slot} moved to byte {h.alive_at[1]} while user "
+                                       f"{h.user} writes it")
+    for o, n in obs.withheld:
+        if not overlaps(o, o + n, spans):
+            _fail("INV-LEDGER-SAFETY", f"bytes [{o}, {o + n}) are withheld with no user (they should be free)")
+    for o, n in obs.free:
+        if overlaps(o, o + n, spans):
+            _fail("INV-LEDGER-SAFETY", f"bytes [{o}, {o + n}) are free but a user still holds them (they can be "
+                                       "handed out)")
+
+
+def check_pool_conservation(obs: PoolObservation, geo: Geometry, total: int) -> None:
+    """INV-BYTE-CONSERVATION in the pool's terms: live + withheld + free = the bytes the pool manages, which
+    never change and fit the arena (a block in none of the three leaked)."""
+    if obs.total != total or not 0 < total <= geo.capacity:
+        _fail("INV-BYTE-CONSERVATION", f"the pool manages {obs.total} B, it managed {total} B when built (the "
+                                       f"arena has {geo.capacity} B)")
+    live = sum(n for _c, _o, n in obs.pages.values())
+    withheld = sum(n for _o, n in obs.withheld)
+    free = sum(n for _o, n in obs.free)
+    seen = live + withheld + free
+    if seen != total:
+        why = "bytes in none of them leaked" if seen < total else "bytes counted twice"
+        _fail("INV-BYTE-CONSERVATION", f"live {live} + withheld {withheld} + free {free} = {seen} != the pool's "
+                                       f"{total} B ({why})")
+
+
+def check_pool_observation(obs: PoolObservation, geo: Geometry, live: Mapping[int, str], holds: Sequence[HeldPage],
+                           total: int) -> None:
+    """Every invariant level ``pool`` decides, in the order of spec/arena.md §Invariants (no INV-BAND-ORDER)."""
+    check_pool_no_overlap(obs, geo)
+    check_pool_ledger(obs, holds)
+    check_vmap(Observation(obs.v2p, {}, {}, {}), live)
+    check_pool_conservation(obs, geo, total)
+
+
+def withheld_set(obs: Observation | PoolObservation) -> set:
+    """The withheld pages: (class, slot) of an arena, (offset, nbytes) of a pool."""
+    if isinstance(obs, PoolObservation):
+        return set(obs.withheld)
+    return {(c, s) for c, ss in obs.withheld.items() for s in ss}
+
+
+def obs_diff(a: Observation | PoolObservation | None, b: Observation | PoolObservation, an: str = "before",
+              bn: str = "after") -> str:
+    if a is None:
+        return "no earlier observation"
+    parts = []
+    pool = isinstance(b, PoolObservation)
+    for f in ("pages", "withheld", "free", "total") if pool else ("v2p", "spans", "holes", "withheld"):
+        x, y = getattr(a, f), getattr(b, f)
+        if x == y:
+            continue
+        if isinstance(x, dict):
+            keys = sorted(set(x) | set(y), key=str)
+            d = {k: (x.get(k), y.get(k)) for k in keys if x.get(k) != y.get(k)}
+            parts.append(f"{f} ({an}, {bn}): {dict(list(d.items())[:8])}")
+        elif isinstance(x, tuple):
+            parts.append(f"{f}: only {an} {sorted(set(x) - set(y))[:8]}, only {bn} {sorted(set(y) - set(x))[:8]}")
+        else:
+            parts.append(f"{f} ({an}, {bn}): ({x}, {y})")
+    return "; ".join(parts)

@@ -5,7 +5,8 @@ implementation runs the same step (:class:`~kvarena.conformance.machine.harness.
 reconciles the two answers, then checks the implementation's own state against every invariant
 (conformance/machine/checks.py) and counts what the step exercised (conformance/runner/coverage.py).  At ``safety``
 a state is checked before anything is undone: an admission that fits on the implementation only is
-checked as placed, then taken back.
+checked as placed, then taken back.  At ``pool`` the implementation's observation is a
+:class:`~kvarena.conformance.adapter.protocol.PoolObservation` (byte ranges) checked by ``check_pool_observation``.
 """
 
 from __future__ import annotations
@@ -15,8 +16,27 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvarena.conformance.adapter.protocol import AdapterError, Observation, arena_like, check_adapter, ids_of, tag_of
-from kvarena.conformance.machine.checks import Geometry, HeldPage, check_observation
+from kvarena.conformance.adapter.protocol import (
+    OWN_POLICY,
+    POOL_HINT,
+    AdapterError,
+    BandlessObservation,
+    Observation,
+    PoolObservation,
+    arena_like,
+    check_adapter,
+    ids_of,
+    observe_pool,
+    tag_of,
+)
+from kvarena.conformance.machine.checks import (
+    Geometry,
+    HeldPage,
+    check_observation,
+    check_pool_observation,
+    obs_diff,
+    withheld_set,
+)
 from kvarena.conformance.machine.harness import (
     ADMISSIONS,
     FREEING,
@@ -43,7 +63,8 @@ TRACE_LINES = 30  # a divergence prints the last steps that led there; --trace-l
 @dataclass
 class UserRecord:
     kind: str
-    pages: list[tuple[int, str, int]]  # (handle, class, slot on the implementation at acquire time)
+    pages: list[tuple[int, str, int]]  # (handle, class, slot on the implementation at acquire time; pool: offset)
+    nbytes: list[int] = field(default_factory=list)  # pool: each page's bytes at acquire time
 
 
 @dataclass
@@ -67,7 +88,8 @@ class Conductor:
     nstep: int = 0
     trace_lines: int = TRACE_LINES  # trace lines a divergence prints (0: all)
     cov: Coverage = field(default_factory=Coverage)
-    _obs: Observation | None = None
+    _obs: Observation | PoolObservation | None = None
+    _total: int | None = None  # pool: the bytes the pool manages, from its first observation
     _last_snapshot: dict | None = None
     _out: Outcome | None = None  # the implementation's outcome of the step in progress
     _moved: set[int] = field(default_factory=set)  # handles whose page moved after rows were written
@@ -76,7 +98,7 @@ class Conductor:
     def __post_init__(self) -> None:
         if self.impl is not None:
             check_adapter(self.impl.alloc, self.geo.order)
-            self._obs = self.impl.observe()
+            self._obs = self._observe()
             self.cov.constructions += 1
             self.cov.exposure["INV-FEASIBILITY-FLOOR"] += 1
             self.check_after("construct", unchanged=False)
@@ -111,7 +133,7 @@ class Conductor:
         self._out = out
         self._account_outcome(op, out)
         result = self._reconcile(op, args, exp, out)
-        unchanged = (not exp.ok and not out.ok) or (op in ("read", "translate"))
+        unchanged = not out.ok or op in ("read", "translate")  # a refusal changes nothing, whatever the reference did
         self.check_after(op, unchanged=unchanged, out=out if out.ok and exp.ok else None, args=args)
         return result
 
@@ -132,7 +154,7 @@ class Conductor:
             elif out.code == REJECTED:
                 cov.admissions["refused"] += 1
 
-    def _account_change(self, before: Observation | None, obs: Observation) -> None:
+    def _account_change(self, before: Observation | PoolObservation | None, obs: Observation | PoolObservation) -> None:
         """Counters and invariant exposure of one change of the implementation's observation."""
         if before is None:
             return
@@ -140,7 +162,7 @@ class Conductor:
         placed = [v for v in obs.v2p if v not in before.v2p]
         freed = [v for v in before.v2p if v not in obs.v2p]
         moved = [v for v, p in obs.v2p.items() if v in before.v2p and before.v2p[v] != p]
-        spans = obs.spans != before.spans
+        spans = getattr(obs, "spans", None) != getattr(before, "spans", None)  # pool: no spans
         cov.pages_placed += len(placed)
         cov.pages_moved += len(moved)
         imp = self.impl
@@ -158,10 +180,9 @@ class Conductor:
                     cov.moved_under_reader += 1
                 if h in self.expected:
                     self._moved.add(h)
-        for c in self.geo.order:
-            b, a = set(before.withheld.get(c, ())), set(obs.withheld.get(c, ()))
-            cov.frees_deferred += len(a - b)
-            cov.withheld_released += len(b - a)
+        b, a = withheld_set(before), withheld_set(obs)
+        cov.frees_deferred += len(a - b)
+        cov.withheld_released += len(b - a)
         changed = obs != before
         exp = cov.exposure
         if placed or moved or spans:
@@ -196,7 +217,7 @@ class Conductor:
             closer()
         self.cov.constructions += 1
         self.cov.exposure["INV-FEASIBILITY-FLOOR"] += 1
-        stricter = self.level == "safety" and exp.ok and code == "CapacityTooSmall"
+        stricter = self.level in OWN_POLICY and exp.ok and code == "CapacityTooSmall"
         if code != exp.code and not stricter:
             floor = code is None and exp.code == "CapacityTooSmall"
             kind = "" if floor or exp.ok else "config divergence: "
@@ -209,6 +230,9 @@ class Conductor:
     def fail(self, message: str, inv: str | None = None) -> None:
         where = self.where()
         head = f"{where}: " if where else ""
+        if self.level != "pool" and (inv == "INV-BAND-ORDER" or (inv and "band" in message)) \
+                and POOL_HINT not in message:
+            message += f" ({POOL_HINT})"
         raise Divergence(f"{head}step {self.nstep} at level {self.level}: {message}", inv=inv,
                          trace=self.format_trace())
 
@@ -236,13 +260,15 @@ class Conductor:
             for h in (x for hs in (exp.pages or {}).values() for x in hs):
                 self.expected[h] = dict(self.expected[args["page"]])
         elif op == "acquire":
-            pages = []
+            pages, nbytes = [], []
             if self.impl is not None:
                 assert self._obs is not None
+                sizes = getattr(self._obs, "pages", {})  # pool: the bytes each page has
                 for p in args["pages"]:
                     vid = self.impl.h.resolve(p)
                     pages.append((p, *self._obs.v2p.get(vid, ("?", -1))))
-            self.users[args["user"]] = UserRecord(args["kind"], pages)
+                    nbytes.append(sizes[vid][2] if vid in sizes else 0)
+            self.users[args["user"]] = UserRecord(args["kind"], pages, nbytes)
         elif op == "release":
             self.users.pop(args["user"], None)
 
@@ -259,7 +285,7 @@ class Conductor:
             if exp.code != out.code:
                 self.fail(f"{op} {json.dumps(args)}: the reference raises {exp.code}, the implementation "
                           f"{out.describe()}")
-            if exp.code == REJECTED and level != "safety" and (
+            if exp.code == REJECTED and level not in OWN_POLICY and (
                     dict(exp.shortfall or {}) != dict(out.shortfall or {})
                     or exp.shortfall_bytes != out.shortfall_bytes):
                 self.fail(f"{op} {json.dumps(args)}: both reject, but the shortfall differs: reference "
@@ -267,7 +293,7 @@ class Conductor:
                           f"({out.shortfall_bytes} B)")
             return exp
         refused = exp.code if not exp.ok else out.code  # one side refused, the other did not
-        if level == "safety" and op in PLACEMENT_DEPENDENT and refused == REJECTED:
+        if level in OWN_POLICY and op in PLACEMENT_DEPENDENT and refused == REJECTED:
             return self._diverged_admission(op, args, exp, out)
         message = (f"{op} {json.dumps(args)}: the reference {self._describe(op, exp)}, the implementation "
                    f"{out.describe()}")
@@ -283,7 +309,7 @@ class Conductor:
         imp = self.impl
         assert imp is not None
         try:
-            obs = imp.observe()
+            obs = self._impl_observation()
         except Exception:  # the caller reports the step itself
             return None
         extra = {v: c for c, vs in placed.value.items() for v in vs} if placed is not None else {}
@@ -303,7 +329,7 @@ class Conductor:
         return f"raises {exp.code}{extra}"
 
     def _diverged_admission(self, op: str, args: Mapping[str, Any], exp: Expect, out: Outcome) -> Expect:
-        """At ``safety`` an admission may fit on one side only: undo it there and carry on."""
+        """At ``safety`` and ``pool`` an admission may fit on one side only: undo it there and carry on."""
         imp = self.impl
         assert imp is not None
         if op == "relayout":
@@ -312,9 +338,10 @@ class Conductor:
             undo = getattr(self.oracle, "undo_admission", None)
             if undo is None:
                 raise StopReplay(f"step {self.nstep}: the implementation refused {op} {json.dumps(args)}, which the "
-                                 "reference admitted (allowed at safety); later steps use its pages")
+                                 f"reference admitted (allowed at {self.level}); later steps use its pages")
             undo(op, args, exp)
             side = "reference"
+            self.cov.diverged["the reference only"] += 1
         else:  # the implementation placed it: check the state it reached, then undo there
             new = [v for vs in out.value.values() for v in vs]
             obs = self._observe()
@@ -323,7 +350,7 @@ class Conductor:
                 self._invariants(obs, {v: c for c, vs in out.value.items() for v in vs})
             except InvariantViolation as e:
                 self.fail(f"{op} {json.dumps(args)} fits on the implementation only (the reference rejects it: "
-                          f"allowed at safety), but the state it placed breaks {e.inv}: {e}", inv=e.inv)
+                          f"allowed at {self.level}), but the state it placed breaks {e.inv}: {e}", inv=e.inv)
             self._check_data(self.oracle.live_pages())
             self._obs = obs
             try:
@@ -338,7 +365,8 @@ class Conductor:
                 self.fail(f"undoing {op} {json.dumps(args)} on the implementation freed {sorted(freed)}, not the "
                           f"{sorted(new)} it had just placed")
             side = "implementation"
-        self.steps.append({"note": f"safety: step {self.nstep} fits on the {side} only; undone there"})
+            self.cov.diverged["the implementation only"] += 1
+        self.steps.append({"note": f"{self.level}: step {self.nstep} fits on the {side} only; undone there"})
         return Expect(code=REJECTED, shortfall=exp.shortfall, shortfall_bytes=exp.shortfall_bytes)
 
     def _compare_returns(self, op: str, args: Mapping[str, Any], exp: Expect, out: Outcome) -> None:
@@ -370,7 +398,7 @@ class Conductor:
                           inv="INV-VMAP-BIJECTIVE")
             freed = [imp.h.handle_of[v] for v in out.value]
             want_freed = exp.freed or []
-            if sorted(freed) != sorted(want_freed) or (self.level != "safety" and freed != want_freed):
+            if sorted(freed) != sorted(want_freed) or (self.level not in OWN_POLICY and freed != want_freed):
                 self.fail(f"{op} {json.dumps(args)}: freed logical pages {freed}, the reference {want_freed}")
             for h in freed:
                 imp.h.unbind(h)
@@ -404,7 +432,7 @@ class Conductor:
                 self.cov.exposure["INV-REFUSAL-IS-NOOP"] += 1
             if obs != before:
                 what = "was refused" if refused else "was a query"
-                message = f"{op} {what} but changed the observable state: {_obs_diff(before, obs)}"
+                message = f"{op} {what} but changed the observable state: {obs_diff(before, obs)}"
                 try:
                     self._invariants(obs)
                 except InvariantViolation as e:
@@ -418,7 +446,8 @@ class Conductor:
             self.fail(str(e), inv=e.inv)
         if op == "translate" and out is not None and args is not None:
             vid = imp.h.resolve(args["page"])
-            if tuple(out.value) != obs.v2p.get(vid):
+            at = obs.v2p.get(vid)  # pool: (class, offset); translate's slot is the pool's own index
+            if (tuple(out.value) != at) if self.level != "pool" else (at is None or out.value[0] != at[0]):
                 self.fail(f"translate({vid}) = {out.value} but observe() maps it to {obs.v2p.get(vid)}",
                           inv="INV-VMAP-BIJECTIVE")
         if op in ("read", "write") and args is not None:  # the page a row was read from or written to
@@ -435,26 +464,34 @@ class Conductor:
             want = snap.observation()
             if obs != want:
                 self.fail("placement differs from the reference: "
-                          + _obs_diff(want, obs, "reference", "implementation"))
+                          + obs_diff(want, obs, "reference", "implementation"))
         self._obs = obs
 
-    def _observe(self) -> Observation:
+    def _impl_observation(self) -> Observation | PoolObservation:
         imp = self.impl
         assert imp is not None
+        if self.level == "pool":
+            return observe_pool(imp.alloc, self.geo.order, self.geo.page_bytes, self.geo.capacity)
+        return imp.observe()
+
+    def _observe(self) -> Observation | PoolObservation:
         try:
-            return imp.observe()
+            return self._impl_observation()
+        except BandlessObservation as e:
+            self.fail(str(e), inv="INV-BAND-ORDER")
+            raise AssertionError("unreachable") from e
         except AdapterError:
             raise
         except Exception as e:
             self.fail(f"observe() raised {type(e).__name__}: {e}")
             raise AssertionError("unreachable") from e
 
-    def _invariants(self, obs: Observation, extra_live: Mapping[int, str] | None = None) -> None:
+    def _invariants(self, obs: Observation | PoolObservation, extra_live: Mapping[int, str] | None = None) -> None:
         """Every invariant on the implementation's state; raises InvariantViolation. ``extra_live``: pages
         the implementation holds that the reference has no handle for (an admission undone at safety)."""
         imp = self.impl
         assert imp is not None
-        if self.deep and arena_like(imp.alloc):
+        if self.deep and arena_like(imp.alloc) and self.level != "pool":
             from kvarena.reference.invariants import check_all
 
             check_all(imp.alloc)
@@ -467,10 +504,15 @@ class Conductor:
         holds = []
         for u, rec in self.users.items():
             mode = UserKind(rec.kind).mode
-            for h, c, s in rec.pages:
+            for i, (h, c, s) in enumerate(rec.pages):
                 vid = imp.h.vid_of.get(h)
-                holds.append(HeldPage(u, mode, c, s, obs.v2p.get(vid) if vid is not None else None))
-        check_observation(obs, self.geo, live, holds)
+                holds.append(HeldPage(u, mode, c, s, obs.v2p.get(vid) if vid is not None else None,
+                                      rec.nbytes[i] if i < len(rec.nbytes) else 0))
+        if isinstance(obs, PoolObservation):
+            self._total = obs.total if self._total is None else self._total
+            check_pool_observation(obs, self.geo, live, holds, self._total)
+        else:
+            check_observation(obs, self.geo, live, holds)
 
     def _read(self, vid: int, entry: int, row: int) -> Any:
         imp = self.impl
@@ -533,21 +575,6 @@ class Conductor:
             if got != want:
                 self.fail(f"owner {owner!r} holds {got} (logical pages), the reference {want}",
                           inv="INV-VMAP-BIJECTIVE")
-
-
-def _obs_diff(a: Observation | None, b: Observation, an: str = "before", bn: str = "after") -> str:
-    if a is None:
-        return "no earlier observation"
-    parts = []
-    for f in ("v2p", "spans", "holes", "withheld"):
-        x, y = getattr(a, f), getattr(b, f)
-        if x != y:
-            keys = sorted(set(x) | set(y), key=str)
-            d = {k: (x.get(k), y.get(k)) for k in keys if x.get(k) != y.get(k)}
-            parts.append(f"{f} ({an}, {bn}): {dict(list(d.items())[:8])}")
-    return "; ".join(parts)
-
-
 
 
 __all__ = ["Conductor", "UserRecord"]

@@ -14,7 +14,17 @@ and your allocator with the same operations and compares them after every step).
 reached through a factory: a callable ArenaConfig -> allocator that speaks the adapter protocol
 (kvarena.conformance.adapter.protocol.Allocator: the reference's methods plus observe()).
 
-levels (each includes the ones above it):
+levels (safety, decisions and exact each include the ones above them):
+  pool       for an allocator without bands (a block pool: one block size for every class, one shared
+             free list, classes interleaved, nothing moves): observe() returns a PoolObservation,
+             per live page its byte range (class, offset, nbytes), the withheld and free ranges and
+             the bytes the pool manages. Checked: no two pages share a byte, ledger safety (a freed
+             page a user still holds is withheld, not handed out), a bijective id map with no leak,
+             live + withheld + free = the pool's bytes, every written row reads back and fresh rows
+             read 0, the same pages are freed, refusals other than "does not fit" are the same error
+             class and change nothing. Not checked: spans, band order, the ladder's decisions (rung,
+             slots, moves, shortfall); an admission may fit on one side only (undone there). Vectors
+             stop early at the first admission the reference accepts and your pool refuses
   safety     your allocator's own state satisfies every invariant (no overlap, band order, a bijective
              v->p map with no leak, ledger safety, byte conservation, the feasibility floor); every
              written row reads back after any move; the same pages are freed; every refusal other
@@ -34,6 +44,7 @@ examples:
   kvarena conform                                    # kvarena's own gpu/ ({DEFAULT_IMPL}) at exact
   kvarena conform --impl mypkg.kv_adapter:make --level decisions --examples 300
   kvarena conform --impl mypkg.kv_adapter:make --level safety --vectors my_vectors/ --examples 0
+  kvarena conform --impl kvarena.conformance.example.block_pool:make --level pool   # a vLLM-style block pool
 
 in an engine's CI (docs/ci.md; non-zero exit fails the job and prints the shrunk reproducing trace):
   kvarena conform --impl myengine.kvarena_adapter:make --junit-xml kvarena.xml
@@ -81,7 +92,8 @@ def add_conform_parser(sub: argparse._SubParsersAction) -> None:
                    help="how closely to agree with the reference. Default: exact for kvarena's own gpu/ and the "
                         "reference (ports of the spec's ladder must place pages exactly as it does); safety for "
                         "any other --impl, since a third-party allocator has its own placement policy and is held "
-                        "to the invariants, not to the reference's choices")
+                        "to the invariants, not to the reference's choices. pool: for an allocator without bands "
+                        "(a block pool), the invariants on byte ranges (see the levels above)")
     p.add_argument("--vectors", default=None, metavar="DIR",
                    help="a directory (or one file) of *.jsonl vectors (default: the committed set); 'none' skips them")
     p.add_argument("--examples", type=int, default=100, metavar="N",

@@ -91,7 +91,7 @@ class Report:
             out.append(f"machine: {self.machine_status} ({self.examples} examples requested, {self.machine_runs} run "
                        "in all; lockstep with the reference on the toy models)")
         out.append("")
-        out.extend(format_coverage(self.coverage, (done, stopped, failed) if self.vectors else None))
+        out.extend(format_coverage(self.coverage, (done, stopped, failed) if self.vectors else None, self.level))
         for i, v in enumerate(self.failed_vectors):
             out.append(f"\nDIVERGENCE in vector {v.path.name}" + (f" [{v.inv}]" if v.inv else "") + ":")
             out.append(v.message if i == 0 or verbose else (v.summary or v.message.splitlines()[0]))

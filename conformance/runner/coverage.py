@@ -28,6 +28,12 @@ EXPOSURE = {
     "INV-REFUSAL-IS-NOOP": "refused steps checked for an unchanged state",
     "INV-STATE-PRIVATE": "steps that gave an owner a recurrent page (admit, extend, copy_state) or shared pages",
 }
+# At level pool the same IDs are decided on byte ranges (conformance/machine/checks.py check_pool_observation)
+POOL_EXPOSURE = {
+    "INV-NO-OVERLAP": "steps that placed or moved a page (live, withheld and free byte ranges pairwise disjoint)",
+    "INV-BAND-ORDER": "not checked at pool: a pool has no bands",
+    "INV-BYTE-CONSERVATION": "steps that changed the observation (live + withheld + free = the pool's own bytes)",
+}
 
 
 @dataclass
@@ -45,9 +51,10 @@ class Coverage:
     rows_after_move: int = 0  # written rows read back from pages that had moved since
     constructions: int = 0
     exposure: Counter = field(default_factory=Counter)  # invariant ID -> steps that could have broken it
+    diverged: Counter = field(default_factory=Counter)  # admissions that fit one side only (safety, pool): undone
 
     def __iadd__(self, other: Coverage) -> Coverage:
-        for f in ("ops", "admissions", "refusals", "exposure"):
+        for f in ("ops", "admissions", "refusals", "exposure", "diverged"):
             getattr(self, f).update(getattr(other, f))
         for f in ("pages_placed", "pages_moved", "moved_under_reader", "frees_deferred", "withheld_released",
                   "rows_after_move", "constructions"):
@@ -61,6 +68,7 @@ class Coverage:
     def to_json(self) -> dict[str, Any]:
         return {"steps": dict(sorted(self.ops.items())), "admissions": dict(sorted(self.admissions.items())),
                 "admissions_accepted": self.accepted, "refusals": dict(sorted(self.refusals.items())),
+                "admissions_fitting_one_side": dict(sorted(self.diverged.items())),
                 "pages_placed": self.pages_placed, "pages_moved": self.pages_moved,
                 "pages_moved_under_reader": self.moved_under_reader, "frees_deferred": self.frees_deferred,
                 "withheld_released": self.withheld_released, "rows_read_after_move": self.rows_after_move,
@@ -81,9 +89,9 @@ def vacuity(cov: Coverage, vector_progress: int, machine_placed: int) -> str | N
     return None
 
 
-def format_coverage(cov: Coverage, vectors: tuple[int, int, int] | None = None) -> list[str]:
+def format_coverage(cov: Coverage, vectors: tuple[int, int, int] | None = None, level: str | None = None) -> list[str]:
     """The coverage table as text lines, wrapped to the terminal; ``vectors`` is (completed, stopped early,
-    failed)."""
+    failed); ``level`` pool describes the invariants in byte terms."""
     import textwrap
 
     from kvarena.text import columns, table
@@ -97,6 +105,9 @@ def format_coverage(cov: Coverage, vectors: tuple[int, int, int] | None = None) 
     by_rung = ", ".join(f"{label(k)} {n:,}" for k, n in sorted(cov.admissions.items()) if k != "refused")
     rows.append(("admissions", f"{cov.accepted:,} accepted" + (f" ({by_rung})" if by_rung else "")
                  + f", {cov.admissions.get('refused', 0):,} refused as not fitting"))
+    if cov.diverged:
+        rows.append(("fits one side only", ", ".join(f"{n:,} on {k}" for k, n in sorted(cov.diverged.items()))
+                     + " (allowed at safety and pool: undone there, the invariants checked as placed)"))
     rows.append(("pages placed / moved", f"{cov.pages_placed:,} / {cov.pages_moved:,} "
                                          f"({cov.moved_under_reader:,} moved while a reader held them)"))
     rows.append(("ledger", f"{cov.frees_deferred:,} frees deferred (withheld), {cov.withheld_released:,} "
@@ -113,7 +124,8 @@ def format_coverage(cov: Coverage, vectors: tuple[int, int, int] | None = None) 
         lines = textwrap.wrap(v, width) or [""]
         out.append(f"  {k:<{key}}  {lines[0]}")
         out.extend(f"  {'':<{key}}  {line}" for line in lines[1:])
-    inv_rows = [[inv, cov.exposure.get(inv, 0), why] for inv, why in EXPOSURE.items()]
+    why_at = {**EXPOSURE, **POOL_EXPOSURE} if level == "pool" else EXPOSURE
+    inv_rows = [[inv, cov.exposure.get(inv, 0), why] for inv, why in why_at.items()]
     out.append("per invariant, the steps that could have broken it (each was checked after every step):")
     out.append(_indent(table(["invariant", "steps", "which steps"], inv_rows, align="lrl")))
     return out

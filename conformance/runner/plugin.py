@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-LEVELS = ("safety", "decisions", "exact")  # kvarena.conformance.adapter.protocol.LEVELS, without importing it here
+LEVELS = ("pool", "safety", "decisions", "exact")  # adapter.protocol.LEVELS, without importing it here
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -24,7 +24,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="run the kvarena conformance suite against this factory (config -> allocator); "
                          "'reference' for the reference itself")
     group.addoption("--kvarena-level", default=None, choices=LEVELS,
-                    help="safety | decisions | exact (default: exact for kvarena's own gpu/ and the reference, "
+                    help="pool | safety | decisions | exact (default: exact for kvarena's own gpu/ and the reference, "
                          "safety for any other factory); see `kvarena conform --help`")
     group.addoption("--kvarena-vectors", default=None, metavar="DIR",
                     help="vector directory or file (default: the committed set; 'none' skips them)")

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kvarena.conformance.adapter.protocol import FEATURES, AdapterError, features
+from kvarena.conformance.adapter.protocol import FEATURES, OWN_POLICY, AdapterError, features
 from kvarena.conformance.machine.checks import Geometry
 from kvarena.conformance.machine.conductor import Conductor
 from kvarena.conformance.machine.harness import (
@@ -409,7 +409,7 @@ class RecordedOracle:
 @dataclass
 class VectorResult:
     path: Path
-    status: str  # "passed" | "failed" | "stopped" (allowed at safety; the reason is in message)
+    status: str  # "passed" | "failed" | "stopped" (allowed at safety and pool; the reason is in message)
     steps_run: int
     steps: int
     message: str = ""
@@ -427,9 +427,9 @@ def replay(vec: Vector | Path | str, factory: Callable[[ArenaConfig], Any], leve
     try:
         alloc = build(factory, vec.config)
     except ArenaError as e:
-        if level == "safety" and e.code == "CapacityTooSmall":
+        if level in OWN_POLICY and e.code == "CapacityTooSmall":
             return VectorResult(vec.path, "stopped", 0, len(vec.steps),
-                                f"the implementation refuses the configuration ({e.code}; allowed at safety)")
+                                f"the implementation refuses the configuration ({e.code}; allowed at {level})")
         return VectorResult(vec.path, "failed", 0, len(vec.steps),
                             f"{vec.path}:1: the implementation refuses the configuration {vec.header['config']}: "
                             f"{e.code}: {e}")

@@ -1,29 +1,39 @@
 """The ``block-pool`` conformance level: invariants of vLLM's block pool, decided on the real manager's state.
 
 A block pool has no byte arena, so kvarena's byte invariants (no overlap, band order, conservation) have no
-object here.  What a block pool promises instead, each with a stable ID, checked after every step of
+object here.  What a block pool promises instead, each with a stable ID and the kvarena invariant it refines
+(``REFINES``; spec/arena.md §Invariants, and conformance/README.md §Which level fits my allocator for the same
+IDs decided on a pool's byte ranges at ``--level pool``), checked after every step of
 :class:`BlockPoolMachine` (engines/vllm/driver.py says how the steps map onto the manager's calls):
 
 ``VLLM-FREE-QUEUE``       the free queue is a well-formed doubly linked list from the fake head to the fake
                           tail (every ``prev`` mirrors a ``next``, no block twice, never the null block) whose
-                          length is ``num_free_blocks``; a block outside it has no links.
+                          length is ``num_free_blocks``; a block outside it has no links.  Refines
+                          INV-NO-OVERLAP (a block queued twice is handed out twice) and INV-BYTE-CONSERVATION
+                          (the free count a scheduler reads).
 ``VLLM-FREE-IFF-UNREF``   a block is in the free queue exactly when its ref count is 0: a queued block with
-                          holders would be handed out while referenced, an unqueued one without holders leaks.
+                          holders would be handed out while referenced (INV-NO-OVERLAP), an unqueued one
+                          without holders leaks (INV-BYTE-CONSERVATION).
 ``VLLM-REFCOUNT``         every block's ``ref_cnt`` equals its holders: its entries in every group's block
                           tables, in the CoW copies not yet taken, and in the caller's deferred frees
-                          (popped for free but still used by an in-flight step: withheld).
-``VLLM-ONE-GROUP``        a block is in the tables of one KV cache group only (groups share one pool).
+                          (popped for free but still used by an in-flight step: withheld).  Refines
+                          INV-VMAP-BIJECTIVE (references are the holders) and INV-LEDGER-SAFETY (withheld).
+``VLLM-ONE-GROUP``        a block is in the tables of one KV cache group only (groups share one pool): refines
+                          INV-NO-OVERLAP (two groups' pages in one block's bytes).
 ``VLLM-PREFIX-MAP``       the prefix-cache map and the blocks agree: every entry names a pooled, non-null block
                           that carries that hash (its primary or an extra one) under the group that holds
                           it; every hash a block carries is in the map; a table block's hash covers tokens
-                          of that table's position and equals the request's own block hash there.
+                          of that table's position and equals the request's own block hash there.  Refines
+                          INV-CONTENT-FOLLOWS-VID (a hit reads the tokens its hash names).
 ``VLLM-EXCLUSIVE-WRITE``  the blocks a step writes (its new tokens' positions in every attention group) are
                           held by no other request's table and by no request's deferred free (a CoW copy's
                           retention of its source is a read queued earlier in stream order, not a holder).
+                          Refines INV-LEDGER-SAFETY (a written page has one user) and INV-STATE-PRIVATE.
 ``VLLM-INFLIGHT-READ``    a block an in-flight step reads (its attention span: all earlier tokens for full
                           attention, the window for sliding window) is not handed out again before that step
-                          completes.
-``VLLM-NULL``             the null block (id 0) is never queued, never hashed, never counted.
+                          completes: refines INV-LEDGER-SAFETY (held bytes stay the page's, or withheld).
+``VLLM-NULL``             the null block (id 0) is never queued, never hashed, never counted: refines
+                          INV-VMAP-BIJECTIVE (the placeholder is no page: never bound, never free).
 """
 
 from __future__ import annotations
@@ -39,6 +49,17 @@ from kvarena.spec.errors import InvariantViolation
 
 INVARIANTS = ("VLLM-FREE-QUEUE", "VLLM-FREE-IFF-UNREF", "VLLM-REFCOUNT", "VLLM-ONE-GROUP", "VLLM-PREFIX-MAP",
               "VLLM-EXCLUSIVE-WRITE", "VLLM-INFLIGHT-READ", "VLLM-NULL")
+# VLLM-* ID -> the kvarena invariants it refines (spec/arena.md §Invariants): the first is the one it decides
+REFINES = {
+    "VLLM-FREE-QUEUE": ("INV-NO-OVERLAP", "INV-BYTE-CONSERVATION"),
+    "VLLM-FREE-IFF-UNREF": ("INV-NO-OVERLAP", "INV-BYTE-CONSERVATION"),
+    "VLLM-REFCOUNT": ("INV-VMAP-BIJECTIVE", "INV-LEDGER-SAFETY"),
+    "VLLM-ONE-GROUP": ("INV-NO-OVERLAP",),
+    "VLLM-PREFIX-MAP": ("INV-CONTENT-FOLLOWS-VID",),
+    "VLLM-EXCLUSIVE-WRITE": ("INV-LEDGER-SAFETY", "INV-STATE-PRIVATE"),
+    "VLLM-INFLIGHT-READ": ("INV-LEDGER-SAFETY",),
+    "VLLM-NULL": ("INV-VMAP-BIJECTIVE",),
+}
 
 
 def _fail(inv: str, msg: str) -> None:
