@@ -18,12 +18,14 @@ from kvarena.spec.models import ArenaConfig, chain, worst_case_demand
 
 
 class TwoEndedAdapter(PoolAdapter):
+    pool_type: type[TwoEndedPool] = TwoEndedPool  # example/buggy.py plants bugs in subclasses of the pool
+
     def __init__(self, config: ArenaConfig, frontier_slack: int = 0) -> None:
         super().__init__(config)
         Arena(config)  # the spec's feasibility floor: refuse exactly what the reference refuses
         regions = split_regions(config)  # middle classes get their split-pool region, fixed
-        self.pool = TwoEndedPool(config.capacity, self.page_bytes, self.order,
-                                 {c: regions[c] for c in self.order[1:-1]}, frontier_slack)
+        self.pool = self.pool_type(config.capacity, self.page_bytes, self.order,
+                                {c: regions[c] for c in self.order[1:-1]}, frontier_slack)
         self.layouts = {c.name: entry_layout(c) for c in chain(config.model)}
         worst = worst_case_demand(config)
         probe = self.place(worst)

@@ -7,7 +7,8 @@ at byte offsets of the arena (sparse: only written bytes are kept), and every pa
 
 ``frontier_slack`` is the planted bug of the worked example: 0 is correct; a positive value lets a
 growing end cross into its neighbour's bytes by up to that many bytes (the floor-vs-ceil kind of
-frontier check SGLang's grow-down backstop had), which kvarena's conformance run must catch.
+frontier check SGLang's grow-down backstop had), which kvarena's conformance run must catch.  buggy.py
+plants nine more boundary bugs, most as a subclass overriding one check (_low_can_grow, _give_back, ...).
 """
 
 from __future__ import annotations
@@ -62,11 +63,7 @@ class TwoEndedPool:
                     got.append(self._one(c))
         except PoolFull:
             self.lo_n, self.hi_n = saved  # frontier pages go back with the frontiers
-            spans = self.spans()
-            for c, slots in taken.items():
-                lo, hi = spans[c]
-                self.free[c].update(s for s in slots if lo <= s < hi)
-            self._trim()
+            self._give_back(taken)
             raise
         for c, slots in taken.items():
             for s in slots:
@@ -78,13 +75,29 @@ class TwoEndedPool:
             s = min(self.free[c])
             self.free[c].discard(s)
             return s
-        if c == self.low and (self.lo_n + 1) * self.pb[c] <= self._ceiling_for_low() + self.slack:
+        if c == self.low and self._low_can_grow():
             self.lo_n += 1
             return self.lo_n - 1
-        if c == self.high and (self.hi_n - 1) * self.pb[c] + self.slack >= self._floor_for_high():
+        if c == self.high and self._high_can_grow():
             self.hi_n -= 1
             return self.hi_n
         raise PoolFull(c)
+
+    def _low_can_grow(self) -> bool:
+        """The low end's next page, bytes [lo_n·P, (lo_n + 1)·P), ends at or below the ceiling."""
+        return (self.lo_n + 1) * self.pb[self.low] <= self._ceiling_for_low() + self.slack
+
+    def _high_can_grow(self) -> bool:
+        """The high end's next page, bytes [(hi_n - 1)·P, hi_n·P), starts at or above the floor."""
+        return (self.hi_n - 1) * self.pb[self.high] + self.slack >= self._floor_for_high()
+
+    def _give_back(self, taken: dict[str, list[int]]) -> None:
+        """A failed alloc: slots it took from the free lists go back; slots past the restored frontiers are gone."""
+        spans = self.spans()
+        for c, slots in taken.items():
+            lo, hi = spans[c]
+            self.free[c].update(s for s in slots if lo <= s < hi)
+        self._trim()
 
     def release(self, c: str, slots: list[int]) -> None:
         self.free[c].update(slots)

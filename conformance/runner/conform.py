@@ -39,6 +39,7 @@ class Report:
     machine_message: str = ""
     machine_inv: str | None = None
     machine_coverage: Coverage = field(default_factory=Coverage)
+    boundary_failed: str | None = None  # the boundary scenario that diverged (the random examples then do not run)
     seconds: float = 0.0
 
     @property
@@ -85,19 +86,24 @@ class Report:
         for v in self.vectors:
             if v.status == "stopped" or verbose:
                 out.append(f"  {v.status:<7} {v.path.name}: {v.message or f'{v.steps_run} steps'}")
+        first = sum(self.machine_coverage.boundary.values())
         if self.machine_status == "skipped":
             out.append("machine: not run (--examples 0)")
+        elif self.boundary_failed:
+            out.append(f"machine: failed in a boundary scenario after {first} passed: {self.boundary_failed} (the "
+                       "random examples did not run)")
         else:
-            out.append(f"machine: {self.machine_status} ({self.examples} examples requested, {self.machine_runs} run "
-                       "in all; lockstep with the reference on the toy models)")
+            out.append(f"machine: {self.machine_status} ({first} boundary scenarios, then {self.examples} examples "
+                       f"requested, {self.machine_runs} run in all; lockstep with the reference on the toy models)")
         out.append("")
         out.extend(format_coverage(self.coverage, (done, stopped, failed) if self.vectors else None, self.level))
         for i, v in enumerate(self.failed_vectors):
             out.append(f"\nDIVERGENCE in vector {v.path.name}" + (f" [{v.inv}]" if v.inv else "") + ":")
             out.append(v.message if i == 0 or verbose else (v.summary or v.message.splitlines()[0]))
         if self.machine_status == "failed":
-            out.append("\nDIVERGENCE in the lockstep machine" + (f" [{self.machine_inv}]" if self.machine_inv else "")
-                       + " (the shrunk failing example):")
+            where = " in a boundary scenario" if self.boundary_failed else " in the lockstep machine"
+            out.append("\nDIVERGENCE" + where + (f" [{self.machine_inv}]" if self.machine_inv else "")
+                       + (" (a targeted trace)" if self.boundary_failed else " (the shrunk failing example)") + ":")
             out.append(self.machine_message)
         why = self.vacuous if self.ok else None
         if why:
@@ -153,8 +159,10 @@ Progress = Callable[[str], None]
 
 def conform(factory: Callable[[ArenaConfig], Any], level: str = "exact", vectors: Path | str | None = VECTOR_DIR,
             examples: int = 100, impl: str = "", steps: int = 50, seed: int | None = None,
-            deep: bool = True, progress: Progress | None = None, trace_lines: int | None = None) -> Report:
-    """Run the vectors (``vectors`` None: skip) and ``examples`` lockstep machine examples at ``level``.
+            deep: bool = True, progress: Progress | None = None, trace_lines: int | None = None,
+            boundary: bool = True) -> Report:
+    """Run the vectors (``vectors`` None: skip), then (``examples`` > 0) the boundary scenarios (``boundary``) and
+    ``examples`` lockstep machine examples at ``level``.
     ``progress`` gets a line after each vector file and every few seconds of the machine."""
     if level not in LEVELS:
         raise AdapterError(f"level {level!r}: choose one of {', '.join(LEVELS)}")
@@ -171,10 +179,18 @@ def conform(factory: Callable[[ArenaConfig], Any], level: str = "exact", vectors
             if progress is not None:
                 progress(f"vectors {i}/{len(loaded)}: {vec.path.name} {r.status} ({r.steps_run}/{r.steps} steps, "
                          f"{time.perf_counter() - t0:.0f} s)")
-    if examples > 0:
+    if examples > 0 and boundary:  # targeted edges first: random examples rarely reach a band's last page
+        from kvarena.conformance.machine.boundary import run_boundary
+
+        b = run_boundary(factory, level, deep, progress, trace_lines)
+        report.machine_coverage = b.coverage
+        if b.failed is not None:
+            report.machine_status, report.machine_message, report.machine_inv = "failed", b.failed, b.inv
+            report.boundary_failed = b.scenario
+    if examples > 0 and report.boundary_failed is None:
         m = _machine(factory, level, examples, steps, seed, deep, progress, t0)
-        report.machine_runs, report.machine_status, report.machine_message, report.machine_inv, \
-            report.machine_coverage = m
+        report.machine_runs, report.machine_status, report.machine_message, report.machine_inv = m[:4]
+        report.machine_coverage = merge([report.machine_coverage, m[4]])
     report.seconds = time.perf_counter() - t0
     return report
 

@@ -52,9 +52,10 @@ class Coverage:
     constructions: int = 0
     exposure: Counter = field(default_factory=Counter)  # invariant ID -> steps that could have broken it
     diverged: Counter = field(default_factory=Counter)  # admissions that fit one side only (safety, pool): undone
+    boundary: Counter = field(default_factory=Counter)  # boundary scenario family -> scenarios run (boundary.py)
 
     def __iadd__(self, other: Coverage) -> Coverage:
-        for f in ("ops", "admissions", "refusals", "exposure", "diverged"):
+        for f in ("ops", "admissions", "refusals", "exposure", "diverged", "boundary"):
             getattr(self, f).update(getattr(other, f))
         for f in ("pages_placed", "pages_moved", "moved_under_reader", "frees_deferred", "withheld_released",
                   "rows_after_move", "constructions"):
@@ -73,6 +74,7 @@ class Coverage:
                 "pages_moved_under_reader": self.moved_under_reader, "frees_deferred": self.frees_deferred,
                 "withheld_released": self.withheld_released, "rows_read_after_move": self.rows_after_move,
                 "constructions": self.constructions,
+                "boundary_scenarios": dict(sorted(self.boundary.items())),
                 "invariant_exposure": {inv: self.exposure.get(inv, 0) for inv in EXPOSURE}}
 
 
@@ -114,6 +116,9 @@ def format_coverage(cov: Coverage, vectors: tuple[int, int, int] | None = None, 
                            "withheld pages released later"))
     rows.append(("refusals by error", ", ".join(f"{k} {n:,}" for k, n in sorted(cov.refusals.items())) or "none"))
     rows.append(("rows read after a move", f"{cov.rows_after_move:,}"))
+    if cov.boundary:
+        fams = ", ".join(f"{k} {n:,}" for k, n in sorted(cov.boundary.items()))
+        rows.append(("boundary scenarios", f"{sum(cov.boundary.values()):,} run before the random examples ({fams})"))
     if vectors is not None:
         done, stopped, failed = vectors
         rows.append(("vectors", f"{done} completed, {stopped} stopped early, {failed} failed"))
