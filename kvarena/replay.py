@@ -23,12 +23,12 @@ from kvarena.reference.split import SplitPools, split_regions
 from kvarena.simulator.arrivals import Arrival, TraceSource
 from kvarena.simulator.budget import GiB
 from kvarena.simulator.engines import smallest_capacity
-from kvarena.simulator.mixed_trace import build_trace, kv_budget
+from kvarena.simulator.mixed_trace import build_trace, kv_budget, phase_sizes
 from kvarena.simulator.scheduler import SIMPLE, SchedulerInvariantError, SchedulerModel
 from kvarena.simulator.scheduler import run as run_scheduler
 from kvarena.spec.errors import ArenaError, CapacityTooSmallError
 from kvarena.spec.models import PRESETS, ArenaConfig, preset
-from kvarena.text import UsageError, check_run_flags, gib
+from kvarena.text import MAX_REQUESTS, UsageError, _floor, check_arena_size, check_requests, check_run_flags, gib
 
 # ---- scheduler model (kvarena/simulator/scheduler.py SIMPLE, shared with `kvarena simulate`) ------
 # Decode headroom kept at admission, as SGLang's new_token_ratio: reserve this share of every
@@ -304,13 +304,21 @@ def run(args: argparse.Namespace) -> int:
             budget = f"KV budget: {args.capacity_gib:g} GiB (--capacity-gib)"
         else:
             capacity, budget = kv_budget(args.model)
+        given = (f"--capacity-gib {args.capacity_gib:g}" if args.capacity_gib is not None
+                 else f"the H200 budget of {gib(capacity)}")
         config = ArenaConfig(preset(args.model), capacity, page_size=args.page_size)
+        # The trace grows with --scale and the capacity, the arena's memory with the capacity: refuse either
+        # past its limit before building anything (phase_sizes draws no request)
+        n = sum(k for _, k in phase_sizes(config, args.seed, args.scale))
+        most_gib = capacity / GiB * MAX_REQUESTS / n
+        check_arena_size(args.model, capacity, args.page_size, given, most_gib)
         try:
             Arena(config), SplitPools(config)  # fail fast on a configuration either side refuses
         except CapacityTooSmallError:
-            given = (f"--capacity-gib {args.capacity_gib:g}" if args.capacity_gib is not None
-                     else f"the H200 budget of {gib(capacity)}")
             raise UsageError(too_small(args.model, capacity, args.page_size, given)) from None
+        check_requests(n, f"--scale {args.scale:g} at {given}",
+                       f"pass --scale {_floor(args.scale * MAX_REQUESTS / n)} or less"
+                       + (f", or --capacity-gib {_floor(most_gib)} or less" if args.capacity_gib is not None else ""))
         trace, results = compare(config, args.seed, args.scale, args.check_every,
                                  None if args.quiet else Progress(), args.jobs)
     except ReplayInvariantError as e:

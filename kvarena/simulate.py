@@ -25,7 +25,7 @@ from kvarena.simulator.simulation import configurations, real_engines, simulate
 from kvarena.simulator.workloads import PRESET_WORKLOADS, Workload, lengths_from, trace_workload, workload
 from kvarena.spec.errors import ArenaError, CapacityTooSmallError
 from kvarena.spec.models import preset
-from kvarena.text import UsageError, check_run_flags, gib
+from kvarena.text import MAX_REQUESTS, UsageError, _floor, check_arena_size, check_requests, check_run_flags, gib
 
 REAL_ENGINES = tuple(n for n, k in ENGINES.items() if k.real)
 RULES = {f.name: f for f in dataclasses.fields(SchedulerModel)
@@ -287,6 +287,30 @@ def budget_of(w: Workload, args: argparse.Namespace) -> tuple[int, str]:
     return sglang_budget(w.model, args.mem_fraction or 0.9)
 
 
+def check_size(w: Workload, args: argparse.Namespace) -> None:
+    """A run the limits of kvarena/text.py refuse (an arena too large to build, more requests than a run may
+    simulate), in one line naming the flag, before anything is built. A trace file's rows are run as given."""
+    capacity, _ = budget_of(w, args)
+    given = (f"--capacity-gib {args.capacity_gib:g}" if args.capacity_gib is not None
+             else f"{w.name}'s KV budget of {gib(capacity)}")
+    check_arena_size(w.model, capacity, args.page_size, given)
+    if w.arrivals:
+        return
+    n, base = w.count(args.scale), max(1, w.requests)  # base: the requests at --scale 1
+    if args.requests:
+        what, fix = f"--requests {args.requests}", f"pass --requests {_floor(MAX_REQUESTS / args.scale)} or fewer"
+    elif w.clients and args.concurrency:
+        what = f"--concurrency {w.clients} (4 requests per client unless --requests says)"
+        fix = f"pass --concurrency {_floor(MAX_REQUESTS / 4 / args.scale)} or fewer, or --requests"
+    else:
+        what, fix = w.name, f"pass --scale {_floor(args.scale * MAX_REQUESTS / n)} or less"
+    if args.scale != 1:
+        what += f" at --scale {args.scale:g}"
+        if not fix.startswith("pass --scale"):
+            fix += f", or --scale {_floor(MAX_REQUESTS / base)} or less"
+    check_requests(n, what, fix)
+
+
 def check_capacity(w: Workload, capacity: int, args: argparse.Namespace) -> None:
     """A budget no configuration can run says so in GiB, naming the flag to change."""
     context = w.max_context()
@@ -355,6 +379,8 @@ def main(args: argparse.Namespace) -> int:
         if unknown:
             raise UsageError(f"--policies: unknown {', '.join(unknown)}; choose from {', '.join(UNIFIED_POLICIES)} "
                              "or 'all'")
+        for w in loads:  # every workload's size before the first runs: a later one's must not wait behind it
+            check_size(w, args)
         real, skipped = real_engines(engines_wanted(args.engines))
         for i, w in enumerate(loads):
             capacity, budget = budget_of(w, args)

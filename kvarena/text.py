@@ -116,6 +116,48 @@ def _cell(x: object) -> str:
 
 # -- flags several commands share, checked in the user's units ------------------------------------------
 
+# What one run of `replay` or `simulate` may build. Past these a run takes minutes and gigabytes before its first
+# line of progress (`replay --capacity-gib 100000` grew to 5 GB in 10 minutes), so such input is refused in one
+# line naming the flag. Measured: split pools of 4.2M slots take 0.8 s and 190 MB to build (8.4M: ~400 MB);
+# `make run` replays ~7,850 requests in ~40 s, so 100,000 is ~9 minutes with progress at each quarter.
+MAX_SLOTS = 1 << 23  # slots of the arena's finest page grid (gpt-oss-20b's H200 budget at --page-size 1: 4.8M)
+MAX_REQUESTS = 100_000  # requests in one run (the largest preset has 17,155 at scale 1: hymba-1.5b in replay)
+
+
+def _floor(x: float) -> str:
+    """``x`` rounded down to 3 significant digits, as a user types it (a suggested limit must itself pass)."""
+    import math
+
+    if x <= 0:
+        return "0"
+    step = 10 ** (math.floor(math.log10(x)) - 2)
+    return f"{math.floor(x / step) * step:.6g}"
+
+
+def check_arena_size(model: str, capacity: int, page_size: int, given: str, most_gib: float | None = None) -> None:
+    """One line (UsageError) when the arena's finest page grid has more than MAX_SLOTS slots; ``given`` names
+    where the capacity came from (``--capacity-gib 1e+09``, or the preset's budget); ``most_gib``: another bound
+    on the capacity the suggested --capacity-gib must also keep (the trace's size grows with it)."""
+    import math
+
+    from kvarena.spec.models import ArenaConfig, chain, preset
+
+    config = ArenaConfig(preset(model), capacity, page_size=page_size)
+    finest = min(config.page_bytes(c.name) for c in chain(config.model))
+    slots = capacity // finest
+    if slots > MAX_SLOTS:
+        raise UsageError(f"{given} is {slots:,} pages of {finest:,} B ({model} at --page-size {page_size}), over "
+                         f"the limit of {MAX_SLOTS:,} pages a run may build: pass --capacity-gib "
+                         f"{_floor(min(MAX_SLOTS * finest / GiB, most_gib or math.inf))} or less, or a larger "
+                         "--page-size")
+
+
+def check_requests(n: int, what: str, fix: str) -> None:
+    """One line (UsageError) when a run would simulate more than MAX_REQUESTS requests; ``what`` says where the
+    count came from, ``fix`` the flag to change."""
+    if n > MAX_REQUESTS:
+        raise UsageError(f"{what} makes {n:,} requests, over the limit of {MAX_REQUESTS:,} per run: {fix}")
+
 
 def check_model(name: str, toys: bool = False) -> None:
     """A model preset name (``kvarena models`` lists them), or one line naming the presets."""

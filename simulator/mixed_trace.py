@@ -35,31 +35,40 @@ def request_demand(model: ModelSpec, page_size: int, tokens: int) -> dict[str, i
     return request_pages(model, page_size, tokens)
 
 
-def build_trace(config: ArenaConfig, seed: int = 0, scale: float = 1.0) -> list[Arrival]:
-    """Long-context burst, short high-concurrency stream, mixed stream; each sized to the budget."""
-    rng = random.Random(seed)
+def _draw(r: random.Random, mix, ctx: int) -> tuple[int, int]:
+    u, k = r.random(), 0
+    while k < len(mix) - 1 and u >= mix[k][0]:  # the last shape takes the rest
+        u, k = u - mix[k][0], k + 1
+    (ilo, ihi), (olo, ohi) = mix[k][1]
+    out = r.randint(olo, ohi)
+    return min(r.randint(ilo, ihi), ctx - out), out
+
+
+def phase_sizes(config: ArenaConfig, seed: int = 0, scale: float = 1.0) -> list[tuple[int, int]]:
+    """(arrival window in steps, requests) per phase of :data:`PHASES`: what :func:`build_trace` will draw, without
+    drawing it (``kvarena replay`` refuses a trace too large to run before building it)."""
     est = random.Random(seed ^ 0x5EED)  # sizing draws, kept off the trace's stream
     ps, ctx = config.page_size, config.context_len
-
-    def draw(r: random.Random, mix) -> tuple[int, int]:
-        u, k = r.random(), 0
-        while k < len(mix) - 1 and u >= mix[k][0]:  # the last shape takes the rest
-            u, k = u - mix[k][0], k + 1
-        (ilo, ihi), (olo, ohi) = mix[k][1]
-        out = r.randint(olo, ohi)
-        return min(r.randint(ilo, ihi), ctx - out), out
 
     def nbytes(tokens: int) -> int:
         return sum(n * config.page_bytes(c) for c, n in request_demand(config.model, ps, tokens).items())
 
-    trace: list[Arrival] = []
-    start = 0
-    for name, mix, window, load in PHASES:
+    out = []
+    for _name, mix, window, load in PHASES:
         steps = max(1, round(window * scale))
         # byte-steps one arrival adds to the in-flight load within the window (mid-decode size)
-        held = sum(nbytes(i + o // 2) * min(o, window) for i, o in (draw(est, mix) for _ in range(400))) / 400
-        n = max(1, round(load * config.capacity * steps / held))
-        trace += [Arrival(start + rng.randrange(steps), *draw(rng, mix), name) for _ in range(n)]
+        held = sum(nbytes(i + o // 2) * min(o, window) for i, o in (_draw(est, mix, ctx) for _ in range(400))) / 400
+        out.append((steps, max(1, round(load * config.capacity * steps / held))))
+    return out
+
+
+def build_trace(config: ArenaConfig, seed: int = 0, scale: float = 1.0) -> list[Arrival]:
+    """Long-context burst, short high-concurrency stream, mixed stream; each sized to the budget."""
+    rng = random.Random(seed)
+    trace: list[Arrival] = []
+    start = 0
+    for (name, mix, _window, _load), (steps, n) in zip(PHASES, phase_sizes(config, seed, scale)):
+        trace += [Arrival(start + rng.randrange(steps), *_draw(rng, mix, config.context_len), name) for _ in range(n)]
         start += steps + PHASE_GAP
     trace.sort(key=lambda a: a.step)  # stable: same-step arrivals keep draw order
     return trace

@@ -288,9 +288,12 @@ def load_trace(path: str | Path, max_tokens: int | None = None) -> list[Arrival]
     """Read a CSV or JSON-lines trace; raises TraceError naming the file and line of a bad row."""
     p = Path(path)
     try:
-        text = p.read_text()
+        text = p.read_text(encoding="utf-8")
     except OSError as e:
         raise TraceError(f"{p}: cannot read the trace ({e.strerror or e})") from None
+    except UnicodeDecodeError as e:  # a binary file (a .parquet, a gzip): say so, not a traceback
+        raise TraceError(f"{p}: not a text file (byte {e.start:,} is not UTF-8); a trace is CSV (arrival,input,"
+                         "output) or JSON lines") from None
     first = next((line.strip() for line in text.splitlines() if line.strip()), "")
     out: list[Arrival] = []
     if p.suffix.lower() in (".jsonl", ".ndjson", ".json") or first.startswith("{"):

@@ -18,7 +18,7 @@ its pool, in physical terms (class, slot):
 
 A fresh slot must read 0 in every row, every class (zero pages on hand-out).  The refusals a
 ``safety`` adapter must reproduce are the ones the base raises, listed in conformance/README.md.
-conformance/example/ is a worked example: a third-party two-ended pool and its ~100-line adapter.
+conformance/example/ is a worked example: a third-party two-ended pool and its ~70-line adapter.
 """
 
 from __future__ import annotations

@@ -71,6 +71,41 @@ FEATURES = ("below",)  # optional arguments a vector may require (vectors/FORMAT
 DEFAULT_IMPL = "kvarena.gpu.allocator:make"  # kvarena's own Torch + Triton implementation
 REFERENCE_ALIAS = "reference"  # ``--impl reference``: the reference itself (a self-test of the harness)
 
+# The protocol's version: bumped by every change an adapter may have to follow (a rule the harness now checks, a
+# method, an argument, a module path). An adapter declares the version it was written for as a module- or
+# factory-level ``PROTOCOL_VERSION``; ``conform`` names the changes since (:func:`version_notes`). A new change:
+# bump PROTOCOL_VERSION, add its entry to PROTOCOL_CHANGES and its section to conformance/CHANGELOG.md
+# (tests/fast/test_protocol_version.py holds the three together).
+PROTOCOL_VERSION = 7
+
+# version -> (date, what changed, what an adapter written for an older version changes)
+PROTOCOL_CHANGES: dict[int, tuple[str, str, str]] = {
+    1: ("2026-11-29", "the adapter protocol: the reference's methods plus observe(); levels safety, decisions, exact",
+        "write the adapter (conformance/README.md)"),
+    2: ("2026-12-01", "a refusal leaves the observable state unchanged (INV-REFUSAL-IS-NOOP, checked after every "
+                      "refused step); third-party factories default to --level safety",
+        "check the arguments and the fit before changing anything, so observe() after a refusal is as before it"),
+    3: ("2026-12-01", "fresh rows read 0 in every class: read() of a row never written since its page was handed "
+                      "out returns 0, not None",
+        "zero a page when you hand it out (bands of different classes share bytes) and return 0 from read()"),
+    4: ("2026-12-01", "recurrent state is one owner's (INV-STATE-PRIVATE): ArenaConfig.recurrent_slots caps the "
+                      "recurrent pages an owner holds (default 1); share / admit(shared=) of a state page, ids that "
+                      "are not ints (bools, floats) and acquire of no pages are refused with InvalidArgument",
+        "refuse those calls as the reference does (PoolAdapter does; spec.errors.check_ids, check_not_state and "
+        "check_state_slots are the checks)"),
+    5: ("2026-12-01", "copy_state(owner, src), optional: a copy of recurrent page src for owner, returning its new "
+                      "virtual id; a trace that copies state stops early where it is missing",
+        "add copy_state to run recurrent-copy-state.jsonl and the machine's copy steps"),
+    6: ("2026-12-02", "below, the placement limit of admit / extend, an optional feature (spec/arena.md §Placement "
+                      "limit); a vector whose header requires it is not replayed without it",
+        "take a parameter named below on admit and extend to run rung1-below*.jsonl"),
+    7: ("2026-12-05", "module paths: kvarena.conformance.adapter is .adapter.protocol, .base is .adapter.base, "
+                      ".example_adapter is .adapter.renumbered, .runner is .runner.conform, .lockstep is "
+                      ".machine.lockstep; the engines' drivers live in kvarena.engines (sglang, vllm, and "
+                      "transformers' ArenaCache); an adapter declares PROTOCOL_VERSION",
+        "update the imports and set PROTOCOL_VERSION = 7 beside the factory"),
+}
+
 
 class AdapterError(AssertionError):
     """The implementation does not speak the adapter protocol: a missing method, a wrong return
@@ -412,7 +447,13 @@ def load_factory(spec: str | None) -> tuple[str, Any]:
         if spec == DEFAULT_IMPL:
             hint = (" (kvarena's own gpu/ implementation is not there yet, or its dependencies are missing; "
                     "pass --impl package.module:factory for yours, or --impl reference)")
-        raise AdapterError(f"cannot import {mod_name!r} for --impl {spec!r}: {e}{hint}") from None
+        raise AdapterError(one_line(f"cannot import {mod_name!r} for --impl {spec!r}: {type(e).__name__}: {e}{hint}")) \
+            from None
+    except SyntaxError as e:  # str(e) names the file and line
+        raise AdapterError(one_line(f"cannot import {mod_name!r} for --impl {spec!r}: SyntaxError: {e}")) from None
+    except (Exception, SystemExit) as e:  # the module's own code raised while importing: say where, not a traceback
+        raise AdapterError(one_line(f"importing {mod_name!r} for --impl {spec!r} raised {type(e).__name__}: {e} "
+                                    f"({raised_at(e)})")) from None
     factory = mod
     for part in attr.split("."):
         factory = getattr(factory, part, None)
@@ -421,3 +462,57 @@ def load_factory(spec: str | None) -> tuple[str, Any]:
     if not callable(factory):
         raise AdapterError(f"--impl {spec!r}: {attr!r} is not callable; it must build an allocator from an ArenaConfig")
     return spec, factory
+
+
+def one_line(text: str, limit: int = 600) -> str:
+    """``text`` on one line (an exception's message may span many) and at most ``limit`` characters: a CI log
+    shows the whole error where it says what failed."""
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[:limit - 1] + "…"
+
+
+def raised_at(e: BaseException) -> str:
+    """Where ``e`` was raised: the innermost frame of its traceback, as ``file:line in function``."""
+    import traceback
+
+    frames = traceback.extract_tb(e.__traceback__)
+    if not frames:
+        return "no traceback"
+    f = frames[-1]
+    return f"at {f.filename}:{f.lineno} in {f.name}"
+
+
+def declared_version(factory: Any) -> Any:
+    """The ``PROTOCOL_VERSION`` the adapter declares: the factory's own attribute, else its module's; None if
+    neither has one."""
+    version = getattr(factory, "PROTOCOL_VERSION", None)
+    if version is None:
+        module = sys.modules.get(getattr(factory, "__module__", None) or "")
+        version = getattr(module, "PROTOCOL_VERSION", None)
+    return version
+
+
+def version_notes(factory: Any) -> list[str]:
+    """What ``conform`` says about the protocol version the adapter declares: nothing when it is the current one
+    (or the adapter is kvarena's own), else the changes since, each with what to change (conformance/CHANGELOG.md)."""
+    declared = declared_version(factory)
+    if declared is None:
+        if (getattr(factory, "__module__", None) or "").startswith("kvarena."):
+            return []  # kvarena's own implementations follow the protocol in the same commit
+        return [f"note: the adapter declares no PROTOCOL_VERSION; add PROTOCOL_VERSION = {PROTOCOL_VERSION} beside "
+                "the factory, so a later kvarena names the contract changes it needs (conformance/CHANGELOG.md)"]
+    if not (isinstance(declared, int) and not isinstance(declared, bool)) or declared < 1:
+        return [f"warning: the adapter's PROTOCOL_VERSION is {declared!r}: declare the int version it was written "
+                f"for (this kvarena speaks {PROTOCOL_VERSION}; conformance/CHANGELOG.md)"]
+    if declared > PROTOCOL_VERSION:
+        return [f"warning: the adapter was written for protocol version {declared}, newer than this kvarena's "
+                f"{PROTOCOL_VERSION}: install the kvarena it was written against"]
+    if declared == PROTOCOL_VERSION:
+        return []
+    out = [f"warning: the adapter was written for protocol version {declared}; this kvarena speaks "
+           f"{PROTOCOL_VERSION}. Changes since (conformance/CHANGELOG.md), each with what to change:"]
+    for v in range(declared + 1, PROTOCOL_VERSION + 1):
+        date, what, change = PROTOCOL_CHANGES[v]
+        out.append(f"  version {v} ({date}): {what}. Change: {change}.")
+    out.append(f"  then set PROTOCOL_VERSION = {PROTOCOL_VERSION}")
+    return out

@@ -16,6 +16,8 @@ from kvarena.spec.errors import CapacityTooSmallError
 from kvarena.spec.layout import entry_layout
 from kvarena.spec.models import ArenaConfig, chain, worst_case_demand
 
+PROTOCOL_VERSION = 7  # the adapter protocol this was written for: conform names any change since (CHANGELOG.md)
+
 
 class TwoEndedAdapter(PoolAdapter):
     pool_type: type[TwoEndedPool] = TwoEndedPool  # example/buggy.py plants bugs in subclasses of the pool

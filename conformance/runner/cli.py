@@ -54,13 +54,19 @@ in an engine's CI (docs/ci.md; non-zero exit fails the job and prints the shrunk
 every run prints a coverage table: steps per operation, admissions accepted (by rung) and refused,
 pages placed and moved (and moved under a reader), frees the ledger deferred, withheld pages released,
 refusals by error class, rows read back after a move, vectors completed vs stopped early, and per
-invariant ID the steps that could have broken it. A PASS over a run that exercised nothing is VACUOUS.
+invariant ID the steps that could have broken it. A PASS over a run that exercised nothing is VACUOUS;
+the result line says what a PASS stands on (vector files completed and stopped early, machine examples,
+admissions, pages placed and moved), and --min-completed N makes a PASS on fewer than N completed vector
+files THIN (exit 3).
 
 exit status: 0 pass; 1 a divergence (the failing step, both sides' answers, the invariant it breaks and
-the trace that led there); 2 broken input: the adapter, a vector file or the arguments (the message
-names the missing method, the file and line, or the import that failed); 3 vacuous: nothing meaningful
+the trace that led there); 2 broken input: the adapter (one line naming the module and the error: an
+import that failed, a syntax error, the factory raising, a missing method), a vector file (its file and
+line) or the arguments, written to --junit-xml as an error too; 3 vacuous or thin: nothing meaningful
 was exercised (no admission accepted, or no vector got past its first refusal and no machine step
-placed a page), with the coverage table and what to change.
+placed a page), or fewer vector files completed than --min-completed, with the coverage table.
+An adapter declares the protocol version it was written for (PROTOCOL_VERSION beside its factory); an
+older one gets a warning naming each contract change since (conformance/CHANGELOG.md).
 See conformance/README.md ("Don't Panic") for the protocol and how to read a divergence.
 """
 
@@ -109,6 +115,9 @@ def add_conform_parser(sub: argparse._SubParsersAction) -> None:
                                                         "vector file and per invariant of the machine run")
     p.add_argument("--trace-lines", type=int, default=None, metavar="N",
                    help="trace lines a divergence prints (default 30; 0: the whole trace)")
+    p.add_argument("--min-completed", type=int, default=0, metavar="N",
+                   help="exit 3 (THIN) when a PASS completed fewer than N vector files (the rest stopped early: "
+                        "an admission your allocator refused, a method or feature it lacks); default 0")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     p.add_argument("-v", "--verbose", action="store_true", help="list every vector file's result")
     p.set_defaults(func=run_conform)
@@ -129,15 +138,29 @@ def run_conform(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
-    from kvarena.conformance.adapter.protocol import AdapterError, default_level, load_factory
+    from kvarena.conformance.adapter.protocol import AdapterError, default_level, load_factory, one_line
     from kvarena.conformance.runner.conform import EXIT_BROKEN, conform
     from kvarena.conformance.vectors.replay import VECTOR_DIR, VectorFormatError
 
-    if args.examples < 0 or args.steps < 1 or (args.trace_lines is not None and args.trace_lines < 0):
-        print("kvarena conform: --examples and --trace-lines must be >= 0 and --steps >= 1", file=sys.stderr)
+    def broken(message: str, line: str | None = None) -> int:  # one line on stderr; a JUnit error (--junit-xml)
+        print(line or f"kvarena conform: {message}", file=sys.stderr)
+        if args.junit_xml:
+            from kvarena.conformance.runner import junit
+
+            junit.write_error(args.junit_xml, args.impl or "", args.level or default_level(args.impl), message)
         return EXIT_BROKEN
+
+    if args.examples < 0 or args.steps < 1 or (args.trace_lines is not None and args.trace_lines < 0) \
+            or args.min_completed < 0:
+        return broken("--examples, --trace-lines and --min-completed must be >= 0 and --steps >= 1")
     if args.examples > 0:
-        import hypothesis  # noqa: F401  the machine needs the 'conform' extra: say so before the vectors run
+        try:
+            import hypothesis  # noqa: F401  the machine needs the 'conform' extra: say so before the vectors run
+        except ModuleNotFoundError as e:
+            from kvarena.text import missing_extra
+
+            line = missing_extra("conform", e) or f"kvarena conform: {e}"
+            return broken(line.removeprefix("kvarena conform "), line)
     vectors = None if args.vectors == "none" else Path(args.vectors) if args.vectors else VECTOR_DIR
     level = args.level or default_level(args.impl)
     progress = None if args.quiet else (lambda line: print(f"kvarena conform: {line}", file=sys.stderr, flush=True))
@@ -148,8 +171,8 @@ def run_conform(args: argparse.Namespace) -> int:
                          trace_lines=args.trace_lines)
     except (AdapterError, VectorFormatError) as e:
         kind = "vector file" if isinstance(e, VectorFormatError) else "adapter"
-        print(f"kvarena conform: broken {kind}: {e}", file=sys.stderr)
-        return EXIT_BROKEN
+        return broken(f"broken {kind}: {one_line(str(e))}")
+    report.min_completed = args.min_completed
     if args.junit_xml:
         from kvarena.conformance.runner import junit
 

@@ -10,15 +10,26 @@ the vector files or the arguments are broken (:class:`~kvarena.conformance.adapt
 
 from __future__ import annotations
 
+import os
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kvarena.conformance.adapter.protocol import LEVELS, AdapterError, check_adapter
+from kvarena.conformance.adapter.protocol import (
+    LEVELS,
+    PROTOCOL_VERSION,
+    AdapterError,
+    check_adapter,
+    declared_version,
+    one_line,
+    raised_at,
+    version_notes,
+)
 from kvarena.conformance.machine.checks import Geometry
-from kvarena.conformance.machine.harness import build
 from kvarena.conformance.runner.coverage import Coverage, format_coverage, merge, vacuity
 from kvarena.conformance.vectors.replay import VECTOR_DIR, VectorResult, discover, load, replay
 from kvarena.spec.errors import ArenaError
@@ -41,6 +52,9 @@ class Report:
     machine_coverage: Coverage = field(default_factory=Coverage)
     boundary_failed: str | None = None  # the boundary scenario that diverged (the random examples then do not run)
     seconds: float = 0.0
+    min_completed: int = 0  # --min-completed: a PASS on fewer completed vector files is THIN (exit 3)
+    protocol_declared: Any = None  # the PROTOCOL_VERSION the adapter declares
+    protocol_notes: list[str] = field(default_factory=list)  # the contract changes it needs (version_notes)
 
     @property
     def failed_vectors(self) -> list[VectorResult]:
@@ -61,14 +75,49 @@ class Report:
         return vacuity(self.coverage, progress, self.machine_coverage.pages_placed)
 
     @property
+    def thin(self) -> str | None:
+        """Why a PASS stands on too little (exit 3, like a vacuous run): fewer vector files completed than
+        ``min_completed`` asks; None otherwise."""
+        done, stopped, _ = self.vector_counts()
+        if not self.ok or self.vacuous or done >= self.min_completed:
+            return None
+        return (f"{done} of {len(self.vectors)} vector files completed ({stopped} stopped early), fewer than "
+                f"--min-completed {self.min_completed}; the stopped files say where the allocator leaves the "
+                "reference's path (a refused admission, a missing optional method or feature)")
+
+    @property
     def exit_code(self) -> int:
         if not self.ok:
             return EXIT_DIVERGENCE
-        return EXIT_VACUOUS if self.vacuous else EXIT_OK
+        return EXIT_VACUOUS if self.vacuous or self.thin else EXIT_OK
 
     @property
     def verdict(self) -> str:
-        return "FAIL" if not self.ok else "VACUOUS" if self.vacuous else "PASS"
+        return "FAIL" if not self.ok else "VACUOUS" if self.vacuous else "THIN" if self.thin else "PASS"
+
+    def basis(self) -> str:
+        """What the verdict stands on, for the result line: vectors completed, machine examples, placements."""
+        done, stopped, failed = self.vector_counts()
+        cov = self.coverage
+        parts = [f"{done} of {len(self.vectors)} vectors completed, {stopped} stopped early"
+                 + (f", {failed} failed" if failed else "") if self.vectors else "vectors not run"]
+        boundary = sum(self.machine_coverage.boundary.values())
+        parts.append(f"{boundary:,} boundary scenarios, {self.machine_runs:,} machine examples"
+                     if self.machine_status != "skipped" else "machine not run")
+        parts.append(f"{cov.accepted:,} admissions accepted, {cov.pages_placed:,} pages placed, "
+                     f"{cov.pages_moved:,} moved")
+        return "; ".join(parts)
+
+    def headline(self) -> str:
+        """One line: the verdict and what it rests on, or the first failure and the invariant it names."""
+        if not self.ok:
+            v = next(iter(self.failed_vectors), None)
+            inv, where = (v.inv, f"vector {v.path.name}") if v else (self.machine_inv, "the lockstep machine")
+            return f"FAIL at level {self.level}: {inv + ' in ' if inv else 'a divergence in '}{where}"
+        why = self.vacuous or self.thin
+        if why:
+            return f"{self.verdict} at level {self.level}: {why}"
+        return f"PASS at level {self.level} ({self.basis()})"
 
     def vector_counts(self) -> tuple[int, int, int]:
         n = {s: sum(1 for v in self.vectors if v.status == s) for s in ("passed", "stopped", "failed")}
@@ -77,7 +126,7 @@ class Report:
     def format(self, verbose: bool = False) -> str:
         done, stopped, failed = self.vector_counts()
         steps = sum(v.steps_run for v in self.vectors)
-        out = [f"kvarena conform: impl {self.impl}, level {self.level}"]
+        out = [f"kvarena conform: impl {self.impl}, level {self.level}", *self.protocol_notes]
         if self.vectors:
             out.append(f"vectors: {done} passed, {failed} failed, {stopped} stopped early "
                        f"({len(self.vectors)} files, {steps} steps, {self.vector_dir})")
@@ -108,14 +157,19 @@ class Report:
         why = self.vacuous if self.ok else None
         if why:
             out.append(f"\nVACUOUS: {why}.")
-        out.append(f"\nresult: {self.verdict} at level {self.level} ({self.seconds:.1f} s)")
+        if self.thin:
+            out.append(f"\nTHIN: {self.thin}.")
+        out.append(f"\nresult: {self.verdict} at level {self.level} ({self.basis()}; {self.seconds:.1f} s)")
         return "\n".join(out)
 
     def to_json(self) -> dict[str, Any]:
         done, stopped, failed = self.vector_counts()
         return {
             "impl": self.impl, "level": self.level, "result": self.verdict, "exit_code": self.exit_code,
-            "vacuous": self.vacuous, "seconds": round(self.seconds, 3),
+            "vacuous": self.vacuous, "thin": self.thin, "min_completed": self.min_completed,
+            "basis": self.basis(), "seconds": round(self.seconds, 3),
+            "protocol": {"version": PROTOCOL_VERSION, "declared": self.protocol_declared,
+                         "notes": self.protocol_notes},
             "vectors": {"completed": done, "stopped_early": stopped, "failed": failed, "dir": self.vector_dir,
                         "files": [{"file": v.path.name, "status": v.status, "steps_run": v.steps_run,
                                    "steps": v.steps, "inv": v.inv, "message": v.summary or v.message}
@@ -131,10 +185,14 @@ def smoke(factory: Callable[[ArenaConfig], Any], config: ArenaConfig | None = No
     """Build one allocator and check it speaks the protocol (AdapterError naming what is missing)."""
     config = config or ArenaConfig(preset("toy-tri"), 8192, page_size=4, max_context_len=16)
     try:
-        alloc = build(factory, config)
+        alloc = factory(config)  # the first build: an exception is one line naming the factory and where it raised
     except ArenaError as e:
         raise AdapterError(f"the factory refuses a toy-tri arena of {config.capacity} B that the reference builds "
                            f"({e.code}: {e})") from e
+    except Exception as e:
+        name = f"{getattr(factory, '__module__', '?')}:{getattr(factory, '__qualname__', repr(factory))}"
+        raise AdapterError(one_line(f"the factory {name} raised {type(e).__name__}: {e} ({raised_at(e)}) building "
+                                    f"a toy-tri arena of {config.capacity} B")) from None
     check_adapter(alloc, Geometry.of(config).order, "the factory's allocator")
     close = getattr(alloc, "close", None)
     if callable(close):
@@ -169,6 +227,7 @@ def conform(factory: Callable[[ArenaConfig], Any], level: str = "exact", vectors
     t0 = time.perf_counter()
     report = Report(impl or getattr(factory, "__qualname__", repr(factory)), level, examples=examples)
     smoke(factory)
+    report.protocol_declared, report.protocol_notes = declared_version(factory), version_notes(factory)
     if vectors is not None:
         files = discover(vectors)
         report.vector_dir = str(vectors)
@@ -196,6 +255,24 @@ def conform(factory: Callable[[ArenaConfig], Any], level: str = "exact", vectors
 
 
 PROGRESS_EVERY_S = 5.0
+
+
+@contextmanager
+def hypothesis_home() -> Iterator[None]:
+    """Hypothesis keeps its caches under ./.hypothesis, and conform runs in the engine's checkout: point them at
+    a temporary directory for the run (a HYPOTHESIS_STORAGE_DIRECTORY the user set is theirs and kept)."""
+    if os.environ.get("HYPOTHESIS_STORAGE_DIRECTORY"):
+        yield
+        return
+    import hypothesis.configuration as hc
+
+    before = vars(hc).get("__hypothesis_home_directory")  # set by an earlier run in this process, or None
+    with tempfile.TemporaryDirectory(prefix="kvarena-hypothesis-") as tmp:
+        hc.set_hypothesis_home_dir(tmp)
+        try:
+            yield
+        finally:
+            hc.set_hypothesis_home_dir(before)
 
 
 def _machine(factory: Callable[[ArenaConfig], Any], level: str, examples: int, steps: int, seed: int | None,
@@ -228,7 +305,8 @@ def _machine(factory: Callable[[ArenaConfig], Any], level: str, examples: int, s
     if seed is not None:
         test = hypothesis_seed(seed)(test)
     try:
-        test()
+        with hypothesis_home():
+            test()
     except AdapterError:
         raise
     except AssertionError as e:

@@ -2,9 +2,12 @@
 
 One test case per vector file (failed, skipped when it stopped early at ``safety``, passed) and one per
 invariant ID of the lockstep machine run (failed when the machine's divergence names it, skipped when no
-step could have broken it), plus ``machine.divergence`` for a machine divergence that names no invariant
-and ``coverage.vacuity`` for a run that exercised nothing (exit 3).  The suite's properties carry the
-coverage counters.
+step could have broken it), plus ``machine.divergence`` for a machine divergence that names no invariant,
+``coverage.vacuity`` for a run that exercised nothing and ``coverage.thin`` for a PASS on fewer completed
+vector files than ``--min-completed`` (both exit 3).  A failure's message starts with the invariant it
+breaks, or VACUOUS / THIN.  The suite's properties carry the verdict (``result``: PASS, THIN, VACUOUS,
+FAIL), what it stands on (``basis``, ``vectors_completed``) and the coverage counters.  Broken input (exit 2:
+an adapter that cannot load, a malformed vector file) is one test case with an ``<error>`` (:func:`write_error`).
 """
 
 from __future__ import annotations
@@ -27,6 +30,11 @@ def to_xml(report: Any) -> ET.ElementTree:
     suite = ET.SubElement(suites, "testsuite", name=f"kvarena-conform[{report.impl}@{report.level}]",
                           time=f"{report.seconds:.3f}")
     props = ET.SubElement(suite, "properties")
+    done, stopped, _ = report.vector_counts()
+    for key, value in (("result", report.verdict), ("exit_code", str(report.exit_code)), ("basis", report.basis()),
+                       ("vectors_completed", f"{done} of {len(report.vectors)}"),
+                       ("vectors_stopped_early", str(stopped)), *(("protocol", n) for n in report.protocol_notes)):
+        ET.SubElement(props, "property", name=key, value=value)
     for key, value in report.coverage.to_json().items():
         ET.SubElement(props, "property", name=key, value=json.dumps(value, sort_keys=True))
     tests = failures = skipped = 0
@@ -47,7 +55,7 @@ def to_xml(report: Any) -> ET.ElementTree:
             tests += 1
             if report.machine_status == "failed" and report.machine_inv == inv:
                 failures += 1
-                ET.SubElement(case, "failure", message=report.machine_message.splitlines()[0][:500],
+                ET.SubElement(case, "failure", message=f"{inv}: {_first(report.machine_message)}"[:500],
                               type=inv).text = report.machine_message
             elif not exposure.get(inv, 0):
                 skipped += 1
@@ -56,13 +64,19 @@ def to_xml(report: Any) -> ET.ElementTree:
             case = _case(suite, "kvarena.machine", "divergence")
             tests += 1
             failures += 1
-            ET.SubElement(case, "failure", message=report.machine_message.splitlines()[0][:500],
+            ET.SubElement(case, "failure", message=_first(report.machine_message)[:500],
                           type="divergence").text = report.machine_message
     if report.ok and report.vacuous:
         case = _case(suite, "kvarena.coverage", "vacuity")
         tests += 1
         failures += 1
-        ET.SubElement(case, "failure", message=report.vacuous[:500], type="vacuous").text = report.vacuous
+        ET.SubElement(case, "failure", message=f"VACUOUS: {report.vacuous}"[:500], type="vacuous").text = \
+            report.vacuous
+    if report.thin:
+        case = _case(suite, "kvarena.coverage", "thin")
+        tests += 1
+        failures += 1
+        ET.SubElement(case, "failure", message=f"THIN: {report.thin}"[:500], type="thin").text = report.thin
     suite.set("tests", str(tests))
     suite.set("failures", str(failures))
     suite.set("skipped", str(skipped))
@@ -70,8 +84,33 @@ def to_xml(report: Any) -> ET.ElementTree:
     return ET.ElementTree(suites)
 
 
-def write(report: Any, path: Path | str) -> None:
-    tree = to_xml(report)
+def _first(message: str) -> str:
+    return (message.splitlines() or [""])[0]
+
+
+def error_xml(impl: str, level: str, message: str) -> ET.ElementTree:
+    """Broken input as JUnit: one test case with an ``<error>``, so CI shows why nothing ran (not a green 0)."""
+    suites = ET.Element("testsuites")
+    suite = ET.SubElement(suites, "testsuite", name=f"kvarena-conform[{impl}@{level}]", tests="1", failures="0",
+                          errors="1", skipped="0", time="0.000")
+    props = ET.SubElement(suite, "properties")
+    ET.SubElement(props, "property", name="result", value="BROKEN")
+    ET.SubElement(props, "property", name="exit_code", value="2")
+    case = _case(suite, "kvarena.adapter", "load")
+    ET.SubElement(case, "error", message=message[:500], type="broken-input").text = message
+    return ET.ElementTree(suites)
+
+
+def _save(tree: ET.ElementTree, path: Path | str) -> None:
     ET.indent(tree)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     tree.write(path, encoding="utf-8", xml_declaration=True)
+
+
+def write(report: Any, path: Path | str) -> None:
+    _save(to_xml(report), path)
+
+
+def write_error(path: Path | str, impl: str, level: str, message: str) -> None:
+    """The JUnit file of a run that could not start (exit 2): the adapter, a vector file or the arguments."""
+    _save(error_xml(impl, level, message), path)

@@ -5,8 +5,15 @@
 adds one test item, ``kvarena-conformance[<impl>@<level>]``, that runs the committed vectors and the
 lockstep machine (kvarena.conformance.runner.conform.conform) and fails with the divergence and its shrunk trace.
 Registered as the ``kvarena`` entry point of ``pytest11``; without ``--kvarena-impl`` it does nothing
-(it is loaded in every pytest run of an environment where kvarena is installed).  The factory's module
-imports from pytest's working directory too; a vacuous run (nothing exercised) fails like a divergence.
+(it is loaded in every pytest run of an environment where kvarena is installed, and needs pytest >= 7, which
+kvarena's ``conform`` extra does not install).  The factory's module imports from pytest's working directory too.
+
+The item's outcome tells the runs apart: a divergence fails with ``FAIL at level L: INV-... in <where>`` first;
+a vacuous run (nothing exercised) fails with ``VACUOUS: ...``; a PASS on fewer completed vector files than
+``--kvarena-min-completed`` fails with ``THIN: ...``; a PASS some of whose vector files stopped early passes
+with a warning saying what it stands on (``1 passed, 1 warning``); broken input fails with ``broken adapter``.
+The verdict and its basis are also the item's user properties (``kvarena_result``, ``kvarena_basis``), which
+pytest's ``--junit-xml`` writes as the test case's properties.
 """
 
 from __future__ import annotations
@@ -30,6 +37,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="vector directory or file (default: the committed set; 'none' skips them)")
     group.addoption("--kvarena-examples", default=100, type=int, metavar="N",
                     help="lockstep machine examples (default 100; 0 skips the machine)")
+    group.addoption("--kvarena-min-completed", default=0, type=int, metavar="N",
+                    help="fail a PASS that completed fewer than N vector files (THIN; the rest stopped early)")
+
+
+class KvarenaWarning(UserWarning):
+    """A PASS some of whose vector files stopped early (the warning says what it stands on), or an adapter
+    whose PROTOCOL_VERSION is behind (the warning names the changes since)."""
 
 
 class ConformanceFailure(Exception):
@@ -37,9 +51,11 @@ class ConformanceFailure(Exception):
 
 
 class ConformanceItem(pytest.Item):
-    def __init__(self, *, impl: str, level: str, vectors: str | None, examples: int, **kw: Any) -> None:
+    def __init__(self, *, impl: str, level: str, vectors: str | None, examples: int, min_completed: int = 0,
+                 **kw: Any) -> None:
         super().__init__(**kw)
         self.impl, self.level, self.vectors, self.examples = impl, level, vectors, examples
+        self.min_completed = min_completed
 
     def runtest(self) -> None:
         from pathlib import Path
@@ -49,14 +65,26 @@ class ConformanceItem(pytest.Item):
         from kvarena.conformance.vectors.replay import VECTOR_DIR, VectorFormatError
 
         vectors = None if self.vectors == "none" else Path(self.vectors) if self.vectors else VECTOR_DIR
+        import warnings
+
         try:
             name, factory = load_factory(self.impl)
             report = conform(factory, level=self.level, vectors=vectors, examples=self.examples, impl=name)
         except (AdapterError, VectorFormatError) as e:
             kind = "vector file" if isinstance(e, VectorFormatError) else "adapter"
+            self.user_properties.append(("kvarena_result", "BROKEN"))
             raise ConformanceFailure(f"broken {kind}: {e}") from None
-        if report.exit_code != 0:  # a divergence, or a vacuous run that exercised nothing
-            raise ConformanceFailure(report.format())
+        report.min_completed = self.min_completed
+        self.user_properties += [("kvarena_result", report.verdict), ("kvarena_basis", report.basis())]
+        if report.exit_code != 0:  # a divergence, a vacuous run that exercised nothing, or a thin PASS
+            raise ConformanceFailure(f"{report.headline()}\n\n{report.format()}")
+        _, stopped, _ = report.vector_counts()
+        if report.protocol_notes:
+            warnings.warn(KvarenaWarning("kvarena: " + "\n".join(report.protocol_notes)), stacklevel=1)
+        if stopped:
+            warnings.warn(KvarenaWarning(f"kvarena: {report.headline()}: {stopped} vector files stopped early; "
+                                         "--kvarena-min-completed N fails a PASS on fewer than N completed"),
+                          stacklevel=1)
         self.user_properties.append(("kvarena", report.format()))
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
@@ -78,4 +106,5 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     level = config.getoption("kvarena_level") or default_level(impl)
     items.append(ConformanceItem.from_parent(session, name=f"kvarena-conformance[{impl}@{level}]", impl=impl,
                                              level=level, vectors=config.getoption("kvarena_vectors"),
-                                             examples=config.getoption("kvarena_examples")))
+                                             examples=config.getoption("kvarena_examples"),
+                                             min_completed=config.getoption("kvarena_min_completed")))

@@ -48,3 +48,16 @@ def test_a_policy_that_raises_is_reported_at_its_own_frame(capsys) -> None:
     out = capsys.readouterr().out
     assert "VIOLATED" in out and "the policy raised KeyError" in out
     assert "unsafe_policies.py:" in out and "in plan: raise KeyError" in out, out
+
+
+def test_without_z3_the_rest_runs_and_says_how_to_add_the_proofs() -> None:
+    """z3 is the 'proofs' extra, not 'conform': check-policy runs the safety machine (and quality) and names the
+    extra instead of exiting 2 after the safety run."""
+    from tests.fast.test_cli import kvarena
+
+    r = kvarena("check-policy", "best-fit", "--examples", "5", "--no-quality", block="z3")
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "Traceback" not in r.stdout + r.stderr
+    assert "best-fit" in r.stdout and "1 of 1 policies safe" in r.stdout
+    assert "Z3 plan obligations: skipped (z3 is not installed); pip install 'kvarena[proofs]'" in r.stdout, r.stdout
+    assert "--no-proofs skips them" in r.stdout

@@ -173,6 +173,16 @@ def test_the_example_adapter_is_small() -> None:
     assert len(lines) <= 110, len(lines)
 
 
+def test_the_docs_count_the_example_adapter_as_it_is() -> None:
+    """README.md, conformance/README.md and the base's docstring once said ~65 and ~100 lines for the same file."""
+    import re
+
+    lines = len((REPO / "conformance" / "example" / "adapter.py").read_text().splitlines())
+    for doc in ("README.md", "conformance/README.md", "conformance/adapter/base.py"):  # each sizes it once
+        (n,) = re.findall(r"~(\d+)[- ]lines?\b", (REPO / doc).read_text())
+        assert abs(int(n) - lines) <= 5, f"{doc} says ~{n} lines; conformance/example/adapter.py has {lines}"
+
+
 # -- refusals that change the state -----------------------------------------------------------------------
 
 

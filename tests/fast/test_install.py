@@ -7,8 +7,9 @@ must be reachable; ``-m "not install"`` skips them offline); each builds its own
 * the built wheel, first with no extra (core commands run, ``conform`` names its missing extra in one line),
   then with ``[conform]``: ``kvarena conform --impl reference`` passes and the spec / vectors are installed;
 * ``pip install ".[conform]"`` from a source tree, then ``kvarena conform --impl reference``;
-* docs/ci-step.sh, verbatim, installing from a ``git+file://`` URL: the reference passes and its JUnit file
-  parses; the worked example's planted bug exits 1 with a failure in the JUnit file.
+* docs/ci-step.sh, verbatim, installing from a ``git+file://`` URL under the oldest and the newest pip docs/ci.md
+  supports (each from the package index): the reference passes and its JUnit file parses; the worked example's
+  planted bug exits 1 with a failure in the JUnit file.
 
 All three install from a clean copy of the working tree (tracked and untracked, not ignored, files), so what
 is tested is what is about to be committed, and setuptools' build/ never sees a stale file.
@@ -170,7 +171,7 @@ def wheel(source_tree: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _data_files(root: Path) -> set[str]:
     """What `conform` and the reader need besides code, as paths inside the installed package."""
     mapping = {folder: package for package, folder in SETUPTOOLS["package-dir"].items()}
-    files = {"spec/arena.md", "conformance/vectors/FORMAT.md",
+    files = {"spec/arena.md", "conformance/vectors/FORMAT.md", "conformance/CHANGELOG.md",  # conform's warnings cite it
              *(f"conformance/vectors/{p.name}" for p in (root / "conformance" / "vectors").glob("*.jsonl"))}
     return {"/".join([*mapping[f.split("/")[0]].split("."), *f.split("/")[1:]]) for f in files}
 
@@ -225,14 +226,31 @@ def test_source_install_with_the_conform_extra(source_tree: Path, tmp_path: Path
     assert "PASS" in r.stdout, r.stdout
 
 
+# The pip versions docs/ci.md promises: 23.2.1 (Python 3.11's bundled pip; its URL parser refuses git+file:///)
+# and the newest tested. Each is installed from the package index, so the test does not depend on the venv's own.
+PIP_OLDEST, PIP_NEWEST = "23.2.1", "26.3"
+
+
 @pytest.mark.install
-def test_ci_step_runs_verbatim(source_tree: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("pip_version", [PIP_OLDEST, PIP_NEWEST])
+def test_ci_step_runs_verbatim(source_tree: Path, tmp_path: Path, pip_version: str) -> None:
     """docs/ci-step.sh as an engine's CI runs it: kvarena from a git URL, conform, a JUnit file that parses."""
-    _, env = _venv(tmp_path / "venv")
+    bin_, env = _venv(tmp_path / "venv")
+    _run([str(bin_ / "python"), "-m", "pip", "install", "-q", f"pip=={pip_version}"], cwd=tmp_path, env=env)
+    got = _run([str(bin_ / "python"), "-m", "pip", "--version"], cwd=tmp_path, env=env).stdout
+    assert got.startswith(f"pip {pip_version} "), got
     engine = tmp_path / "engine"  # the engine's checkout: the step runs there
     engine.mkdir()
-    # file://localhost/...: pip < 24's URL parser refuses an empty host in git+file:///...
-    env.update(KVARENA_SRC=f"git+file://localhost{source_tree}", KVARENA_IMPL="reference")
+    sha = _run(["git", "rev-parse", "HEAD"], cwd=source_tree).stdout.strip()
+    if pip_version == PIP_OLDEST:
+        # the form docs/ci.md warns about: pip < 24.1 refuses it (no host) ...
+        r = _run([str(bin_ / "python"), "-m", "pip", "install", "-q", f"kvarena @ git+file://{source_tree}"],
+                 cwd=engine, env=env, check=False)
+        assert r.returncode != 0 and "Invalid requirement" in r.stderr, r.stderr[-2000:]
+        src = f"git+file://{source_tree}"  # ... and the step rewrites it to file://localhost/
+    else:
+        src = f"git+file://localhost{source_tree}@{sha}"  # the documented form, pinned to a commit
+    env.update(KVARENA_SRC=src, KVARENA_IMPL="reference")
     r = _run(["bash", str(CI_STEP)], cwd=engine, env=env)
     assert "PASS" in r.stdout, r.stdout
     report = engine / "kvarena.xml"
