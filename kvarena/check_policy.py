@@ -178,8 +178,9 @@ refuses, a policy that raises); 2 broken input (a policy that cannot be found or
     p.add_argument("--examples", type=int, default=None, help="state-machine runs (default: the ci profile's)")
     p.add_argument("--no-quality", action="store_true", help="skip the replay comparison (safety only)")
     p.add_argument("--no-proofs", action="store_true",
-                   help="skip the Z3 plan obligations (6-17 s measured on 2 cores, longer on a loaded machine; "
-                        "they need the 'proofs' extra: without z3 they are skipped with a note and the rest runs)")
+                   help="skip the Z3 plan obligations (measured on 2 cores: 4 s idle, 6-17 s with other jobs "
+                        "running; they need the 'proofs' extra: without z3 they are skipped with a note and the rest "
+                        "runs)")
     p.set_defaults(func=run)
 
 
