@@ -6,7 +6,8 @@ lockstep rules here pass it only to an implementation that offers it (``adapter.
 that uses it says so in its header (``"requires": ["below"]``).
 
 The draws are shared by the lockstep machine (Hypothesis) and the vector scenarios (a seeded Random); both
-rules have weight 0 in lockstep.RULES, so the committed random-walk vectors stay as they are.
+rules (lockstep.py r_admit_below / r_extend_below) have weight 0 in lockstep.RULES, so the committed random-walk
+vectors stay as they are.
 """
 
 from __future__ import annotations
@@ -63,24 +64,3 @@ def bad_below(c: Conductor, ch: Chooser) -> Any:
     if floats:
         cases["float-class"] = {floats[0]: 0}
     return cases[ch.choice(sorted(cases), "bad_below")]
-
-
-def r_admit_below(c: Conductor, ch: Chooser) -> None:
-    """An admission with a placement limit (valid mostly; now and then a malformed one, refused)."""
-    from kvarena.conformance.machine.lockstep import _demand, shareable
-
-    demand = _demand(c, ch, 3)
-    pages = shareable(c)
-    shared = ch.subset(pages, 0, 2, "shared") if pages else []
-    below = bad_below(c, ch) if ch.integer(0, 7, "bad") == 0 else random_below(c, ch)
-    c.run("admit", owner=c.fresh("r"), demand=demand, shared=shared, below=below)
-
-
-def r_extend_below(c: Conductor, ch: Chooser) -> None:
-    """Decode growth with a placement limit (valid mostly; now and then a malformed one, refused)."""
-    from kvarena.conformance.machine.lockstep import _demand, requests
-
-    owner = ch.choice(requests(c), "owner")
-    demand = _demand(c, ch, 2, owner)
-    below = bad_below(c, ch) if ch.integer(0, 7, "bad") == 0 else random_below(c, ch)
-    c.run("extend", owner=owner, demand=demand, below=below)

@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule, run_state_machine_as_test
 
 from kvarena.conformance.adapter.protocol import LEVELS
-from kvarena.conformance.machine.below import offers_below, r_admit_below, r_extend_below
+from kvarena.conformance.machine.below import bad_below, offers_below, random_below
 from kvarena.conformance.machine.checks import Geometry
 from kvarena.conformance.machine.conductor import Conductor
 from kvarena.conformance.machine.harness import (
@@ -513,6 +513,23 @@ def _can_copy(c: Conductor) -> bool:
 
 
 # name -> (precondition or None, rule, weight for the vector generator)
+
+def r_admit_below(c: Conductor, ch: Chooser) -> None:
+    """An admission with a placement limit (valid mostly; now and then a malformed one, refused)."""
+    demand = _demand(c, ch, 3)
+    pages = shareable(c)
+    shared = ch.subset(pages, 0, 2, "shared") if pages else []
+    below = bad_below(c, ch) if ch.integer(0, 7, "bad") == 0 else random_below(c, ch)
+    c.run("admit", owner=c.fresh("r"), demand=demand, shared=shared, below=below)
+
+
+def r_extend_below(c: Conductor, ch: Chooser) -> None:
+    """Decode growth with a placement limit (valid mostly; now and then a malformed one, refused)."""
+    owner = ch.choice(requests(c), "owner")
+    demand = _demand(c, ch, 2, owner)
+    below = bad_below(c, ch) if ch.integer(0, 7, "bad") == 0 else random_below(c, ch)
+    c.run("extend", owner=owner, demand=demand, below=below)
+
 RULES: dict[str, tuple[Callable[[Conductor], bool] | None, Callable[[Conductor, Chooser], None], int]] = {
     "admit": (None, r_admit, 8),
     "churn": (None, r_churn, 3),

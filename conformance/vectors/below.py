@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from kvarena.conformance.machine.conductor import Conductor
     from kvarena.conformance.machine.harness import Expect
-    from kvarena.conformance.vectors.scenarios import VectorSpec
+    from kvarena.conformance.vectors.steps import VectorSpec
 
 WALK = {"admit_below": 8, "extend_below": 6, "admit": 3, "extend": 2, "free": 5, "drop_some": 3, "slide": 3}
 
@@ -38,7 +38,7 @@ def toward(holes: list[int], limit: int, low: bool, k: int) -> list[int]:
 def limited(c: Conductor, what: str, op: str, below: Any, **args: Any) -> Expect:
     """Run an admission with ``below`` and check that each limited class took its holes in ``toward`` order
     (unlimited classes: nearest the anchor), rung 1."""
-    from kvarena.conformance.vectors.scenarios import ScenarioError, must
+    from kvarena.conformance.vectors.steps import ScenarioError, must
 
     snap = c.oracle.snapshot()
     exp = must(c.run(op, **args, below=below), what, rung=1)
@@ -60,7 +60,7 @@ def limited(c: Conductor, what: str, op: str, below: Any, **args: Any) -> Expect
 
 def refusals(c: Conductor, owner: str, cls_low: str, cls_high: str, floats: list[str]) -> None:
     """Every malformed ``below`` on admit and extend, then the refusals that come before it."""
-    from kvarena.conformance.vectors.scenarios import must
+    from kvarena.conformance.vectors.steps import must
 
     cap = c.geo.capacity
     bad: list[Any] = [{"nope": 0}, {cls_low: True}, {cls_high: False}, {cls_low: -1}, {cls_high: cap + 1},
@@ -79,7 +79,7 @@ def refusals(c: Conductor, owner: str, cls_low: str, cls_high: str, floats: list
 
 
 def rung1_below(c: Conductor, rng: random.Random) -> None:
-    from kvarena.conformance.vectors.scenarios import ScenarioError, flat, must, readback, walk, write_page
+    from kvarena.conformance.vectors.steps import ScenarioError, flat, must, readback, walk, write_page
 
     w, f = c.geo.page_bytes["window"], c.geo.page_bytes["full"]
     made = [must(c.run("admit", owner=f"r{i}", demand={"window": 1, "full": 2}, shared=[]), f"r{i}", rung=1)
@@ -134,7 +134,7 @@ def rung1_below(c: Conductor, rng: random.Random) -> None:
 
 
 def rung1_below_tri(c: Conductor, rng: random.Random) -> None:
-    from kvarena.conformance.vectors.scenarios import must, readback, walk
+    from kvarena.conformance.vectors.steps import must, readback, walk
 
     s, f = c.geo.page_bytes["state"], c.geo.page_bytes["full"]
     for i in range(1, 11):
@@ -153,7 +153,7 @@ def rung1_below_tri(c: Conductor, rng: random.Random) -> None:
 
 
 def below_vectors() -> tuple[VectorSpec, ...]:
-    from kvarena.conformance.vectors.scenarios import VectorSpec
+    from kvarena.conformance.vectors.steps import VectorSpec
 
     swa: Any = VectorSpec("rung1-below", "the placement limit below (rung 1's hole order toward a byte) on window | "
                           "full: holes on both sides, with and without a limit, every malformed below refused",

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from kvarena.conformance.machine.conductor import Conductor
-    from kvarena.conformance.vectors.scenarios import VectorSpec
+    from kvarena.conformance.vectors.steps import VectorSpec
 
 WEIGHTS = {"free": 5, "write_page": 0, "relayout": 4, "compact": 3, "squeeze": 4, "moves_under_users": 3}
 
@@ -24,7 +24,7 @@ WEIGHTS = {"free": 5, "write_page": 0, "relayout": 4, "compact": 3, "squeeze": 4
 def write_corners(c: Conductor, h: int) -> None:
     """The first and last row of the first and last entry of page ``h`` (a real page has thousands of rows: all
     of them would make the file large; corners catch a move that copies part of a page)."""
-    from kvarena.conformance.vectors.scenarios import must
+    from kvarena.conformance.vectors.steps import must
 
     cls = c.oracle.cls_of(h)
     for entry in sorted({0, c.geo.entries[cls] - 1}):
@@ -34,7 +34,7 @@ def write_corners(c: Conductor, h: int) -> None:
 
 
 def hymba_rung3(c: Conductor, rng: random.Random) -> None:
-    from kvarena.conformance.vectors.scenarios import ScenarioError, fill, flat, must, readback, walk
+    from kvarena.conformance.vectors.steps import ScenarioError, fill, flat, must, readback, walk
 
     w = must(c.run("admit", owner="w1", demand={"window": 6}, shared=[]), "the window float at its hint", rung=1)
     write_corners(c, flat(w)[0])
@@ -54,7 +54,7 @@ def hymba_rung3(c: Conductor, rng: random.Random) -> None:
 
 
 def hymba_vectors() -> tuple[VectorSpec, ...]:
-    from kvarena.conformance.vectors.scenarios import VectorSpec
+    from kvarena.conformance.vectors.steps import VectorSpec
 
     spec: Any = VectorSpec("hymba-rung3", "rung 3 on hymba-1.5b's real geometry: the window float relayouts for "
                            "the full band, around a forward pass's pages", "hymba-1.5b", 32 << 20, 64, hymba_rung3,

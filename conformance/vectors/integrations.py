@@ -21,7 +21,7 @@ from kvarena.conformance.vectors.sglang import _s, ok, refused  # the scripted s
 
 if TYPE_CHECKING:
     from kvarena.conformance.machine.conductor import Conductor
-    from kvarena.conformance.vectors.scenarios import VectorSpec
+    from kvarena.conformance.vectors.steps import VectorSpec
 
 
 def check(cond: bool, what: str) -> None:
@@ -536,7 +536,7 @@ SGLANG_EXPECTED: dict[str, tuple[str, str]] = {
 
 
 def integration_vectors() -> tuple[VectorSpec, ...]:
-    from kvarena.conformance.vectors.scenarios import VectorSpec
+    from kvarena.conformance.vectors.steps import VectorSpec
 
     return tuple(VectorSpec(i.vector, i.description, i.model, i.capacity, i.page_size, i.script, seed=i.seed)
                  for i in INTEGRATIONS)

@@ -18,14 +18,14 @@ from kvarena.conformance.machine.harness import CACHE
 
 if TYPE_CHECKING:
     from kvarena.conformance.machine.conductor import Conductor
-    from kvarena.conformance.vectors.scenarios import VectorSpec
+    from kvarena.conformance.vectors.steps import VectorSpec
 
 WEIGHTS = {"copy_state": 6, "state_refusals": 3, "acquire_nothing": 1, "write_page": 3, "free": 5,
            "cache_evict": 3}
 
 
 def recurrent_copy_state(c: Conductor, rng: random.Random) -> None:
-    from kvarena.conformance.vectors.scenarios import ScenarioError, fill, must, readback, walk, write_page
+    from kvarena.conformance.vectors.steps import ScenarioError, fill, must, readback, walk, write_page
 
     r1 = must(c.run("admit", owner="r1", demand={"state": 1, "window": 1, "full": 2}, shared=[]), "r1")
     src = r1.pages["state"][0]
@@ -86,7 +86,7 @@ def recurrent_copy_state(c: Conductor, rng: random.Random) -> None:
 
 
 def recurrent_vectors() -> tuple[VectorSpec, ...]:
-    from kvarena.conformance.vectors.scenarios import VectorSpec
+    from kvarena.conformance.vectors.steps import VectorSpec
 
     spec: Any = VectorSpec("recurrent-copy-state", "recurrent state is copied (copy_state), never shared; one "
                            "state per owner; acquire of no pages and a relayout that moves nothing",

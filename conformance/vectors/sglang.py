@@ -18,15 +18,15 @@ from kvarena.conformance.machine.harness import CACHE, Expect
 
 if TYPE_CHECKING:
     from kvarena.conformance.machine.conductor import Conductor
-    from kvarena.conformance.vectors.scenarios import VectorSpec
+    from kvarena.conformance.vectors.steps import VectorSpec
 
 BAD = {"vid": -1}  # an id no implementation binds (SGLang resolves -1 and unbound ids to its sink page 0)
 
 
 def _s() -> Any:
-    from kvarena.conformance.vectors import scenarios
+    from kvarena.conformance.vectors import steps
 
-    return scenarios
+    return steps
 
 
 def ok(c: Conductor, what: str, op: str, rung: int | None = None, **args: Any) -> Expect:
@@ -639,7 +639,7 @@ MULTI = MEM + "test_multi_ended_allocator.py"
 
 
 def unit_vectors() -> tuple[VectorSpec, ...]:
-    from kvarena.conformance.vectors.scenarios import VectorSpec
+    from kvarena.conformance.vectors.steps import VectorSpec
 
     def spec(name: str, source: str, model: str, capacity: int, script: Any, seed: int, **kw: Any) -> VectorSpec:
         return VectorSpec(f"sglang-unit-{name}", source, model, capacity, 2, script, seed=seed, **kw)

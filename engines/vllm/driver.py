@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
+from kvarena.engines.vllm.checks import check_pool, check_writes
 from kvarena.engines.vllm.load import STUBS, VLLM_VERSION, VLLMUnavailable, load_vllm
 from kvarena.spec.layout import DTYPE_BYTES, Kind
 from kvarena.spec.models import ModelSpec, preset
@@ -280,7 +281,6 @@ class Driver:
         self._hasher = self.V.utils.get_request_block_hasher(self.plan.hash_block_size, hash_fn)
         self._status = self.V.request.RequestStatus
         if self.check is None:
-            from kvarena.engines.vllm.checks import check_pool
             self.check = check_pool
 
     @property
@@ -309,7 +309,6 @@ class Driver:
         """``rid``'s part of a step: admission (with a prefix-cache lookup) if it waits, else its next prefill
         chunk or decode token.  A step of its own unless ``same_step`` (then it joins the step begun last).
         Returns the new blocks, or None when the manager refuses (nothing scheduled)."""
-        from kvarena.engines.vllm.checks import check_writes
         if not (same_step and self.step_open):
             self.new_step()
         req = self.requests[rid]

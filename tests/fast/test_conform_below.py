@@ -10,9 +10,9 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from kvarena.conformance.machine.arena import machine_for
-from kvarena.conformance.machine.below import offers_below, r_admit_below, r_extend_below
+from kvarena.conformance.machine.below import offers_below
 from kvarena.conformance.machine.harness import Divergence
-from kvarena.conformance.machine.lockstep import RandomChooser, r_churn, r_free, start
+from kvarena.conformance.machine.lockstep import RandomChooser, r_admit_below, r_churn, r_extend_below, r_free, start
 from kvarena.reference.arena import Arena
 from tests.quality.below_arenas import IgnoresBelow, NoBelow
 

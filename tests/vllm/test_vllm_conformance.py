@@ -37,8 +37,9 @@ try:
 except vllm_load.VLLMUnavailable as e:  # pragma: no cover - depends on the machine
     pytest.skip(f"vLLM is not installed ({e}); run `make vllm`", allow_module_level=True)
 
-from kvarena.engines.vllm import driver as va  # noqa: E402 - after the skip: it needs vllm
 from kvarena.engines.vllm import checks as vc  # noqa: E402
+from kvarena.engines.vllm import driver as va  # noqa: E402 - after the skip: it needs vllm
+from kvarena.engines.vllm import machine as vm  # noqa: E402
 
 EXAMPLES = int(os.environ.get("KVARENA_VLLM_EXAMPLES", "200"))
 
@@ -57,14 +58,14 @@ def test_the_manager_is_vllms_own_code() -> None:
                          (V.planning, "kv_cache_planning.py")):
         path = Path(module.__file__).resolve()
         assert path.name == name and path.parent.name == "core" and "vllm" in path.parts, path
-    d = va.Driver(vc.SETUPS["toy-tri"].plan())
+    d = va.Driver(vm.SETUPS["toy-tri"].plan())
     assert isinstance(d.manager, V.manager.KVCacheManager)
     assert type(d.manager.coordinator) is V.coordinator.HybridKVCacheCoordinator
     assert [type(m).__name__ for m in d.manager.coordinator.single_type_managers] == [
         "FullAttentionManager", "FullAttentionManager", "SlidingWindowManager", "SlidingWindowManager",
         "MambaManager"]
     assert type(d.pool) is V.pool.BlockPool and type(d.pool.free_block_queue) is V.utils.FreeKVCacheBlockQueue
-    single = va.Driver(vc.SETUPS["toy-full"].plan())
+    single = va.Driver(vm.SETUPS["toy-full"].plan())
     assert type(single.manager.coordinator) is V.coordinator.UnitaryKVCacheCoordinator
     stubs = sorted(n for n, m in list(sys.modules.items()) if (n.split(".")[0] in ("vllm", "zmq", "psutil"))
                    and (m.__doc__ or "") == vllm_load.STUB_DOC)
@@ -95,29 +96,29 @@ def test_vllms_planning_picks_the_block_sizes() -> None:
 # What holds: the machine on the unmutated manager
 
 
-@pytest.mark.parametrize("setup", sorted(vc.SETUPS))
+@pytest.mark.parametrize("setup", sorted(vm.SETUPS))
 def test_the_machine_holds(setup: str) -> None:
     t0 = time.perf_counter()
-    vc.STATS.clear()
-    run_state_machine_as_test(vc.machine_for(vc.SETUPS[setup]), settings=ci())
-    stats = dict(vc.STATS)
+    vm.STATS.clear()
+    run_state_machine_as_test(vm.machine_for(vm.SETUPS[setup]), settings=ci())
+    stats = dict(vm.STATS)
     print(f"\n{setup}: {EXAMPLES} examples, {time.perf_counter() - t0:.1f} s; {stats}", file=sys.stderr)
     wanted = ["steps", "prefix hits", "deferred frees", "preemptions", "refused"]
-    if vc.SETUPS[setup].prefix_match_unit:
+    if vm.SETUPS[setup].prefix_match_unit:
         wanted.append("cow copies")  # sub-block hits are served by copy-on-write blocks, withheld for the copy
     for what in wanted:
         assert stats.get(what), f"{setup}: the machine never exercised {what!r}: {stats}"
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("setup", sorted(vc.SETUPS))
+@pytest.mark.parametrize("setup", sorted(vm.SETUPS))
 def test_the_machine_holds_on_fresh_seeds(setup: str) -> None:
     """``make slow``: the nightly profile (random seeds, 1,500 examples of up to 120 steps) per setup."""
-    run_state_machine_as_test(vc.machine_for(vc.SETUPS[setup]), settings=settings.get_profile("nightly"))
+    run_state_machine_as_test(vm.machine_for(vm.SETUPS[setup]), settings=settings.get_profile("nightly"))
 
 
 def test_a_deferred_free_is_withheld_until_its_step_completes() -> None:
-    d = va.Driver(vc.SETUPS["toy-swa"].plan())
+    d = va.Driver(vm.SETUPS["toy-swa"].plan())
     r = d.add(list(range(20)), 4)
     d.schedule(r, 16)
     free_before = d.pool.get_num_free_blocks()
@@ -133,29 +134,29 @@ def test_a_deferred_free_is_withheld_until_its_step_completes() -> None:
 # A check that cannot fail proves nothing: planted bugs, and hand-corrupted states
 
 
-@pytest.mark.parametrize("name", sorted(vc.MUTANTS))
+@pytest.mark.parametrize("name", sorted(vm.MUTANTS))
 def test_a_planted_bug_is_killed(name: str) -> None:
     """The same examples the unmutated manager passes (test_the_machine_holds), without the shrink phase: a
     kill needs the first failing example, not the smallest (``make slow``'s nightly profile shrinks)."""
-    setup = vc.SETUPS[vc.MUTANTS[name][1]]
+    setup = vm.SETUPS[vm.MUTANTS[name][1]]
     no_shrink = settings(ci(), phases=[p for p in ci().phases if p is not Phase.shrink], report_multiple_bugs=False)
-    with vc.planted(name), pytest.raises((InvariantViolation, AssertionError)) as caught:
-        run_state_machine_as_test(vc.machine_for(setup), settings=no_shrink)
+    with vm.planted(name), pytest.raises((InvariantViolation, AssertionError)) as caught:
+        run_state_machine_as_test(vm.machine_for(setup), settings=no_shrink)
     print(f"\n{name}: {str(caught.value).splitlines()[0]}", file=sys.stderr)
     if name != "double-push":  # a doubly pushed block may also surface as a leak found at teardown
         assert isinstance(caught.value, InvariantViolation), caught.value
 
 
 def test_planted_bugs_are_undone() -> None:
-    before = {k: k[0].__dict__[k[1]] for name in vc.MUTANTS for k in vc.MUTANTS[name][0](V)}
-    for name in vc.MUTANTS:
-        with vc.planted(name):
+    before = {k: k[0].__dict__[k[1]] for name in vm.MUTANTS for k in vm.MUTANTS[name][0](V)}
+    for name in vm.MUTANTS:
+        with vm.planted(name):
             pass
     assert before == {k: k[0].__dict__[k[1]] for k in before}
 
 
 def _busy(setup: str = "toy-swa") -> tuple[va.Driver, str, str]:
-    d = va.Driver(vc.SETUPS[setup].plan())
+    d = va.Driver(vm.SETUPS[setup].plan())
     a, b = d.add(list(range(20)), 4), d.add(list(range(100, 120)), 4)
     d.schedule(a, 16)
     d.schedule(b, 16)
