@@ -76,7 +76,7 @@ REFERENCE_ALIAS = "reference"  # ``--impl reference``: the reference itself (a s
 # factory-level ``PROTOCOL_VERSION``; ``conform`` names the changes since (:func:`version_notes`). A new change:
 # bump PROTOCOL_VERSION, add its entry to PROTOCOL_CHANGES and its section to conformance/CHANGELOG.md
 # (tests/fast/test_protocol_version.py holds the three together).
-PROTOCOL_VERSION = 7
+PROTOCOL_VERSION = 8
 
 # version -> (date, what changed, what an adapter written for an older version changes)
 PROTOCOL_CHANGES: dict[int, tuple[str, str, str]] = {
@@ -104,6 +104,11 @@ PROTOCOL_CHANGES: dict[int, tuple[str, str, str]] = {
                       ".machine.lockstep; the engines' drivers live in kvarena.engines (sglang, vllm, and "
                       "transformers' ArenaCache); an adapter declares PROTOCOL_VERSION",
         "update the imports and set PROTOCOL_VERSION = 7 beside the factory"),
+    8: ("2026-12-05", "the pool level (conform --level pool) for allocators without bands: observe() may return a "
+                      "PoolObservation (live / withheld / free byte ranges and the pool's total bytes); a refusal "
+                      "must change nothing even where the reference admitted (now checked at every level)",
+        "a block pool: return a PoolObservation from observe() and run --level pool; a two-ended arena: make "
+        "sure a refused admit leaves no page behind, then set PROTOCOL_VERSION = 8"),
 }
 
 

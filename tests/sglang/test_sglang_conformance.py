@@ -28,11 +28,11 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from kvarena.engines.sglang import adapter as sga
 from kvarena.conformance.machine.checks import check_observation
 from kvarena.conformance.machine.harness import Divergence
 from kvarena.conformance.machine.lockstep import RULES, lockstep_for, run_lockstep, start
 from kvarena.conformance.vectors.replay import VECTOR_DIR, discover, load, replay
+from kvarena.engines.sglang import adapter as sga
 from kvarena.reference.arena import Arena
 from kvarena.spec.errors import AdmissionRejectedError, CapacityTooSmallError, DoubleFreeError, InvariantViolation
 from kvarena.spec.models import ArenaConfig, preset
