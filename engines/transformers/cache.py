@@ -373,6 +373,16 @@ class _KVMixin:
     tc: _TokenClass
     window: int = 0
 
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
+               **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._kv_update(key_states, value_states)
+
+    def get_seq_length(self) -> int:
+        return self.cumulative_length
+
+    def reset(self) -> None:
+        self.cumulative_length = 0
+
     def _kv_update(self, key_states: torch.Tensor, value_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         b, _, t, _ = key_states.shape
         old = self.cumulative_length
@@ -405,29 +415,12 @@ class _FullLayer(_KVMixin, DynamicLayer):
         self.cumulative_length = 0
         self.is_initialized = True
 
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
-               **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        return self._kv_update(key_states, value_states)
-
-    def get_seq_length(self) -> int:
-        return self.cumulative_length
-
-    def reset(self) -> None:
-        self.cumulative_length = 0
-
 
 class _SlidingLayer(_KVMixin, DynamicSlidingWindowLayer):
     def __init__(self, cache: ArenaCache, index: int, tc: _TokenClass, window: int) -> None:
         DynamicSlidingWindowLayer.__init__(self, sliding_window=window)
         self.cache, self.index, self.tc, self.window = cache, index, tc, window
         self.is_initialized = True
-
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
-               **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        return self._kv_update(key_states, value_states)
-
-    def reset(self) -> None:
-        self.cumulative_length = 0
 
 
 class _StateMixin:
@@ -494,15 +487,8 @@ class _HybridLayer(_StateMixin, _KVMixin, LinearAttentionAndFullAttentionLayer):
         self.cumulative_length = 0
         self.is_initialized = True
 
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
-               **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        return self._kv_update(key_states, value_states)
-
-    def get_seq_length(self) -> int:
-        return self.cumulative_length
-
     def reset(self) -> None:
-        self.cumulative_length = 0
+        _KVMixin.reset(self)
         self.has_previous_state[0] = False
 
     @property
