@@ -19,7 +19,8 @@ from dataclasses import asdict, dataclass, field
 
 from kvarena.reference.arena import Arena
 from kvarena.reference.invariants import check_all
-from kvarena.reference.split import SplitPools, split_regions
+from kvarena.reference.sizing import split_regions
+from kvarena.reference.split import SplitPools
 from kvarena.simulator.arrivals import Arrival, TraceSource
 from kvarena.simulator.budget import GiB
 from kvarena.simulator.engines import smallest_capacity

@@ -143,9 +143,9 @@ def run(args: argparse.Namespace) -> int:
     ladder = (not args.no_ladder) and (args.ladder or not (args.only or args.transition))
     if ladder:
         bounds = LD.LADDER_BOUNDS if args.ladder_bound == "ci" else (LD.NIGHTLY_BOUND,)
-        from kvarena.proofs import padding as PD  # spec §Padding lanes: no padding write reaches a page
+        from kvarena.proofs import theorems  # the ladder's, sized rung 2's and padding's (spec §Padding lanes)
 
-        ths = LD.run(args.timeout, bounds, args.jobs) + PD.run(args.timeout)
+        ths = theorems.run(args.timeout, bounds, args.jobs)
         print("\nladder theorem       result                     time     bound")
         for th in ths:
             print(f"{th.name:<20} {th.status[:26]:<26} {th.seconds:7.2f}s  {th.bound}")

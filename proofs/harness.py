@@ -30,37 +30,13 @@ import z3
 
 from kvarena.proofs import model as M
 from kvarena.proofs import transitions as T
+from kvarena.proofs.witness import NOT_MODELLED, WITNESS_CONFIG, WITNESS_DOMAIN, Witness
 
 DEFAULT_TIMEOUT_MS = 30_000
 INIT = "init"
-
-# The witness instance: toy-tri with page_size 4 and an 8-token context (the replay builds this arena).
-WITNESS_CONFIG = {"capacity": 2048, "page_size": 4, "max_context_len": 8, "model": "toy-tri",
-                  "P": (64, 512, 256), "TOP": 8, "NE": (1, 4, 4), "NR": (2, 4, 4), "D": (1, 2, 2), "Q": 1,
-                  "REC": True, "R": 1}
-WITNESS_DOMAIN = {"band": range(3), "slot": range(10), "vid": range(8), "owner": range(3), "user": range(3),
-                  "entry": range(5), "row": range(5)}
 PROOF_BOUND = "chain of 3 bands (one float)"
-# Invariant IDs with no Z3 obligation, and why (proofs/README.md, Obligations); ``run`` leaves them out.
-NOT_MODELLED = {
-    "INV-REFUSAL-IS-NOOP": (
-        "a relation between the state before and after a refused call, not a property of one state: the model's "
-        "transitions are their guarded cases only (a refused call has no successor), so Inv ∧ T ⇒ ID' cannot "
-        "state it. What decides it is the order of the reference's code (every check before the first write, a "
-        "free and its free-time plan in one commit), checked by reference/invariants.py::check_refusal_is_noop "
-        "in every state the conformance machine reaches, by the pickle compare after every case of "
-        "tests/fast/test_errors.py, and by tests/fast/test_validate.py for every validator rule"),
-    "INV-CONTENT-FOLLOWS-VID": (
-        "a property of values and history: a row reads its last write. The model abstracts content to one Bool per "
-        "(band, slot, entry, row) (a tag was written there), so a tag's identity, and which write was last, cannot "
-        "be stated. Its structural half is proved: INV-PAGE-ATOMIC's rows-at-live (model.py::rows_at_live: content "
-        "only at live slots, so a hand-out of a hole or gap slot starts empty, i.e. reads 0) and rows-in-layout hold "
-        "after every transition, and prove_content_transport proves that a hand-out leaves no row at its slot and "
-        "a move carries every row to the destination. The value half is checked by "
-        "reference/invariants.py::check_content_follows_vid in every state the machine reaches and by the "
-        "conformance harness, which keeps every write, reads every written row of every live page after every "
-        "step, and reads every unwritten row of the pages a step handed out or moved as 0"),
-}
+
+
 def prove_content_transport(mutant: str | None = None, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> dict[str, str]:
     """INV-CONTENT-FOLLOWS-VID's two transport lemmas, on the model's own update terms (unbounded): a hand-out
     (``transitions.bind``, every placement's bind) leaves no row at its slot, and a move (``transitions._move_post``,
@@ -329,17 +305,6 @@ def prove_init(invs: Iterable[str], timeout_ms: int) -> dict[str, list[Query]]:
             status, dt, why = _prove(c, [M.config_ok(c), M.init(c, pre)], k.formula(c, pre), timeout_ms)
             out[inv].append(Query("empty arena", k.name, status, dt, why))
     return out
-
-
-@dataclass
-class Witness:
-    """A satisfying assignment of a witness query, with what the replay needs to rebuild it."""
-
-    model: z3.ModelRef
-    config: M.Config
-    pre: M.State
-    step: T.Step | None
-    transition: str
 
 
 def _witness_solver(c: M.Config, timeout_ms: int) -> z3.Solver:

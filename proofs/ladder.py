@@ -638,11 +638,3 @@ def theorem_sweep(bounds: tuple[Bound, ...] = LADDER_BOUNDS, jobs: int = 2) -> T
     cases = sum(s.cases for s in sweeps)
     th.status = "proven" if not problems and cases else "FAILED: " + " | ".join(problems[:3])
     return th
-
-
-def run(timeout_ms: int = 30_000, bounds: tuple[Bound, ...] = LADDER_BOUNDS, jobs: int = 2) -> list[Theorem]:
-    from kvarena.proofs import ladder_sized  # shortfall-sized rung 2 and the default rung 3's span
-
-    return [theorem_span_valid(timeout_ms), theorem_exact(timeout_ms), theorem_room(timeout_ms),
-            theorem_then_place(timeout_ms), theorem_ends_only(timeout_ms), theorem_naive(timeout_ms),
-            *ladder_sized.run(max(timeout_ms, 60_000)), theorem_sweep(bounds, jobs)]

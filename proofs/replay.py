@@ -37,7 +37,7 @@ import kvarena.reference.arena as arena_mod
 import kvarena.reference.bands as bands_mod
 from kvarena.proofs import model as M
 from kvarena.proofs import transitions as T
-from kvarena.proofs.harness import NOT_MODELLED, WITNESS_CONFIG, WITNESS_DOMAIN, Witness
+from kvarena.proofs.witness import NOT_MODELLED, WITNESS_CONFIG, WITNESS_DOMAIN, Witness
 from kvarena.reference.arena import Arena, Hold, User
 from kvarena.reference.invariants import INVARIANTS, check_all
 from kvarena.spec.errors import InvariantViolation

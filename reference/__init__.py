@@ -1,1 +1,1 @@
-"""reference."""
+"""kvarena.reference: the executable model of spec/arena.md (pure Python, deterministic)."""

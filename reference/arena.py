@@ -32,6 +32,7 @@ from kvarena.reference.ladder import (
     plan_float_relayout,
 )
 from kvarena.reference.policy import Ladder, Policy
+from kvarena.reference.sizing import float_hints  # the sizing shared with the split-pool baseline
 from kvarena.reference.validate import validate_plan
 from kvarena.spec.errors import (
     AdmissionRejectedError,
@@ -137,8 +138,6 @@ class Arena:
 
     def _float_hints(self) -> dict[str, int]:
         """Where an empty float starts: the byte where the split-pool layout would put it."""
-        from kvarena.reference.split import float_hints  # sizing shared with the baseline
-
         return float_hints(self.config)
 
     def _check_floor(self) -> None:

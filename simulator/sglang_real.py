@@ -39,7 +39,7 @@ from typing import Any
 
 from kvarena.engines.sglang.adapter import SGLangArena, WouldBlock, load_sglang
 from kvarena.reference.arena import Stats
-from kvarena.reference.split import split_regions
+from kvarena.reference.sizing import split_regions
 from kvarena.spec.errors import (
     AdmissionRejectedError,
     CapacityTooSmallError,

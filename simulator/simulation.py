@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from kvarena.reference.split import split_regions
+from kvarena.reference.sizing import split_regions
 from kvarena.simulator import rules
 from kvarena.simulator.costmodel import CostModel
 from kvarena.simulator.engines import ENGINES, Engine

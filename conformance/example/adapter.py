@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from kvarena.conformance.adapter.base import PoolAdapter
 from kvarena.conformance.example.pool import PoolFull, TwoEndedPool
 from kvarena.reference.arena import Arena
-from kvarena.reference.split import split_regions
+from kvarena.reference.sizing import split_regions
 from kvarena.spec.errors import CapacityTooSmallError
 from kvarena.spec.layout import entry_layout
 from kvarena.spec.models import ArenaConfig, chain, worst_case_demand

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from kvarena.conformance.adapter.protocol import features
+from kvarena.conformance.machine.below import toward
 from kvarena.reference.arena import Arena
 from kvarena.reference.invariants import check_all
 from kvarena.reference.policy import POLICIES, BestFit, FullCompaction
@@ -182,8 +183,6 @@ class ArenaMachine(RuleBasedStateMachine):
         if not grow:
             self.requests.append(owner)
         if got.plan.rung == 1 and type(self.a.policy) in HONOURS_BELOW:
-            from kvarena.conformance.vectors.below import toward
-
             for c, b in below.items():
                 pb, n = self.a.bands[c].page_bytes, min(demand[c], len(holes[c]))
                 want = toward(holes[c], b // pb if c == low else -(-b // pb), c == low, n)

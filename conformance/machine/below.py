@@ -21,6 +21,15 @@ if TYPE_CHECKING:
     from kvarena.conformance.machine.lockstep import Chooser
 
 
+def toward(holes: list[int], limit: int, low: bool, k: int) -> list[int]:
+    """The first ``k`` holes rung 1 takes under a limit slot (spec §Placement limit): a low band's holes below
+    the limit nearest it first, then the rest ascending; a high band's holes at or above it nearest it first,
+    then the rest descending."""
+    inside = sorted((h for h in holes if h < limit), reverse=True) if low else sorted(h for h in holes if h >= limit)
+    rest = sorted(h for h in holes if h >= limit) if low else sorted((h for h in holes if h < limit), reverse=True)
+    return (inside + rest)[:k]
+
+
 def offers_below(c: Conductor) -> bool:
     """The reference and the implementation (if any) take ``below``."""
     ref = getattr(c.oracle, "arena", None)

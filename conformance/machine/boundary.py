@@ -38,6 +38,7 @@ from typing import Any
 
 from kvarena.conformance.machine.checks import Geometry
 from kvarena.conformance.machine.conductor import Conductor
+from kvarena.conformance.machine.coverage import Coverage
 from kvarena.conformance.machine.harness import (
     Divergence,
     LiveReference,
@@ -46,7 +47,6 @@ from kvarena.conformance.machine.harness import (
     config_to_json,
     construct_pair,
 )
-from kvarena.conformance.runner.coverage import Coverage
 from kvarena.reference.arena import Arena
 from kvarena.spec.errors import ArenaError
 from kvarena.spec.layout import Kind

@@ -3,7 +3,7 @@
 The oracle (the live reference or a recorded vector, harness.py) says what a step does; the
 implementation runs the same step (:class:`~kvarena.conformance.machine.harness.Side`); the conductor
 reconciles the two answers, then checks the implementation's own state against every invariant
-(conformance/machine/checks.py) and counts what the step exercised (conformance/runner/coverage.py).  At ``safety``
+(conformance/machine/checks.py) and counts what the step exercised (conformance/machine/coverage.py).  At ``safety``
 a state is checked before anything is undone: an admission that fits on the implementation only is
 checked as placed, then taken back.  At ``pool`` the implementation's observation is a
 :class:`~kvarena.conformance.adapter.protocol.PoolObservation` (byte ranges) checked by ``check_pool_observation``.
@@ -37,6 +37,7 @@ from kvarena.conformance.machine.checks import (
     obs_diff,
     withheld_set,
 )
+from kvarena.conformance.machine.coverage import Coverage
 from kvarena.conformance.machine.harness import (
     ADMISSIONS,
     FREEING,
@@ -51,7 +52,6 @@ from kvarena.conformance.machine.harness import (
     build,
     config_from_json,
 )
-from kvarena.conformance.runner.coverage import Coverage
 from kvarena.spec.errors import ArenaError, InvariantViolation
 from kvarena.spec.layout import Kind
 from kvarena.spec.models import ArenaConfig

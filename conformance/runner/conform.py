@@ -30,7 +30,7 @@ from kvarena.conformance.adapter.protocol import (
     version_notes,
 )
 from kvarena.conformance.machine.checks import Geometry
-from kvarena.conformance.runner.coverage import Coverage, format_coverage, merge, vacuity
+from kvarena.conformance.machine.coverage import Coverage, format_coverage, merge, vacuity
 from kvarena.conformance.vectors.replay import VECTOR_DIR, VectorResult, discover, load, replay
 from kvarena.spec.errors import ArenaError
 from kvarena.spec.models import ArenaConfig, preset

@@ -17,7 +17,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
-from kvarena.conformance.runner.coverage import EXPOSURE
+from kvarena.conformance.machine.coverage import EXPOSURE
 
 
 def _case(suite: ET.Element, classname: str, name: str, seconds: float = 0.0) -> ET.Element:

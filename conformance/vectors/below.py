@@ -18,21 +18,14 @@ from __future__ import annotations
 import random
 from typing import TYPE_CHECKING, Any
 
+from kvarena.conformance.machine.below import toward
+
 if TYPE_CHECKING:
     from kvarena.conformance.machine.conductor import Conductor
     from kvarena.conformance.machine.harness import Expect
     from kvarena.conformance.vectors.steps import VectorSpec
 
 WALK = {"admit_below": 8, "extend_below": 6, "admit": 3, "extend": 2, "free": 5, "drop_some": 3, "slide": 3}
-
-
-def toward(holes: list[int], limit: int, low: bool, k: int) -> list[int]:
-    """The first ``k`` holes rung 1 takes under a limit slot (spec §Placement limit): a low band's holes below
-    the limit nearest it first, then the rest ascending; a high band's holes at or above it nearest it first,
-    then the rest descending."""
-    inside = sorted((h for h in holes if h < limit), reverse=True) if low else sorted(h for h in holes if h >= limit)
-    rest = sorted(h for h in holes if h >= limit) if low else sorted((h for h in holes if h < limit), reverse=True)
-    return (inside + rest)[:k]
 
 
 def limited(c: Conductor, what: str, op: str, below: Any, **args: Any) -> Expect:

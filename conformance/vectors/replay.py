@@ -22,6 +22,7 @@ from typing import Any
 from kvarena.conformance.adapter.protocol import FEATURES, OWN_POLICY, AdapterError, features
 from kvarena.conformance.machine.checks import Geometry
 from kvarena.conformance.machine.conductor import Conductor
+from kvarena.conformance.machine.coverage import Coverage
 from kvarena.conformance.machine.harness import (
     ADMISSIONS,
     CONFIG_FIELDS,
@@ -39,8 +40,7 @@ from kvarena.conformance.machine.harness import (
     config_from_json,
     config_to_json,
 )
-from kvarena.conformance.runner.coverage import Coverage
-from kvarena.reference.split import float_hints
+from kvarena.reference.sizing import float_hints
 from kvarena.spec.errors import ERROR_CODES, ArenaError
 from kvarena.spec.layout import entry_layout
 from kvarena.spec.models import ArenaConfig, chain

@@ -25,7 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kvarena.gpu.kernels import Path, as_index, device_time, next_pow2, use_triton
+from kvarena.gpu.kernels.common import Path, as_index, device_time, next_pow2, use_triton
 
 
 @triton.jit

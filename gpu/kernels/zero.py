@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kvarena.gpu.kernels import Path, as_index, device_time, use_triton
+from kvarena.gpu.kernels.common import Path, as_index, device_time, use_triton
 from kvarena.gpu.kernels.move import default_config
 from kvarena.spec.errors import PlanError
 

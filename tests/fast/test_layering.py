@@ -13,8 +13,12 @@
   kvarena/simulate.py and kvarena/replay.py) imports nothing heavy at module level (matplotlib only
   inside the plotting functions), so `kvarena simulate --help` needs only sortedcontainers.
 
+Across the whole project (every module of every folder): no import circle, and no upward import under the
+layers spec < reference, gpu, kvarena.text < proofs, conformance < engines < simulator < the commands; within
+conformance/ its subpackages are layered adapter < example < machine < vectors < runner.
+
 Relative imports are resolved against the file's package, and imports nested inside functions
-count too.
+count too (those under ``if TYPE_CHECKING:`` do not: they never run).
 """
 
 from __future__ import annotations
@@ -125,7 +129,9 @@ def test_reference_and_spec_are_scanned() -> None:
     """The scan sees real imports (guards against a checker that finds nothing)."""
     src = (ROOT / "reference" / "arena.py").read_text(encoding="utf-8")
     mods = {m for _, m in imported_modules(src, "kvarena.reference")}
-    assert "kvarena.spec.errors" in mods and "kvarena.reference.split" in mods  # the second is nested
+    assert "kvarena.spec.errors" in mods and "kvarena.reference.sizing" in mods
+    src = (ROOT / "proofs" / "harness.py").read_text(encoding="utf-8")
+    assert "kvarena.proofs.replay" in {m for _, m in imported_modules(src, "kvarena.proofs")}  # nested in a function
 
 
 # =============================================================================================
@@ -223,12 +229,6 @@ def simulator_graph() -> dict[str, set[str]]:
     return graph
 
 
-def test_simulator_has_no_import_cycle() -> None:
-    graph = simulator_graph()
-    assert len(graph) >= 10
-    assert not import_cycle(graph), " -> ".join(import_cycle(graph))
-
-
 def listed_order(doc: str) -> list[str]:
     """The modules a package docstring lists, one ``name.py`` per line, in their order."""
     return [m.group(1) for m in re.finditer(r"^ {4}(\w+)\.py\s", doc, re.MULTILINE)]
@@ -288,3 +288,130 @@ def test_simulator_rule_flags_upward_imports() -> None:
     assert violations("from kvarena.conformance import machine", "kvarena.simulator", rule)
     assert violations("import torch", "kvarena.simulator", rule)
     assert not violations("from kvarena.text import table\nfrom . import rules", "kvarena.simulator", rule)
+
+
+# =============================================================================================
+# Every module of the project: no import circle, no upward import (function-level imports count; imports under
+# ``if TYPE_CHECKING:`` do not, since they never run)
+
+# Folder -> layer. A module imports only modules of its own folder or of a lower layer; folders of one layer never
+# import each other (gpu/ is not built on reference/, proofs/ not on conformance/). kvarena.text, the messages and
+# tables every command prints, is the one module of the command folder that lower layers use: it imports only
+# spec/. "command" is everything else in kvarena/.
+LAYERS = {"spec": 0, "text": 1, "reference": 1, "gpu": 1, "proofs": 2, "conformance": 2, "engines": 3,
+          "simulator": 4, "command": 5}
+FOLDERS = ("spec", "reference", "gpu", "conformance", "proofs", "simulator", "engines", "kvarena")
+# Subpackages of one folder that are layered among themselves, lowest first (conformance/README.md §Files)
+SUBPACKAGE_ORDER = {"conformance": ("adapter", "example", "machine", "vectors", "runner")}
+
+
+def type_checking_lines(source: str) -> set[int]:
+    """Lines inside ``if TYPE_CHECKING:`` blocks (their imports are for annotations and never run)."""
+    lines: set[int] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+            for n in node.body:
+                lines.update(range(n.lineno, (n.end_lineno or n.lineno) + 1))
+    return lines
+
+
+def project_modules() -> dict[str, Path]:
+    """Every module of the installed package: ``kvarena.X.Y`` -> its file (``kvarena.X`` for a package)."""
+    mods: dict[str, Path] = {}
+    for folder in FOLDERS:
+        for f in sorted((ROOT / folder).rglob("*.py")):
+            parts = list(f.relative_to(ROOT / folder).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            mods[".".join(["kvarena", *([] if folder == "kvarena" else [folder]), *parts])] = f
+    return mods
+
+
+def module_graph(sources: dict[str, str], packages: set[str]) -> dict[str, set[str]]:
+    """module -> the project modules it imports (a name imported from a package counts as the package unless it
+    is a module), from the sources of every module; ``packages`` are the modules that are packages."""
+    graph: dict[str, set[str]] = {}
+    for name, src in sources.items():
+        pkg = name if name in packages else name.rsplit(".", 1)[0]
+        skip = type_checking_lines(src)
+        deps = set()
+        for line, mod in imported_modules(src, pkg):
+            while mod not in sources and "." in mod:
+                mod = mod.rsplit(".", 1)[0]
+            if mod in sources and mod != name and line not in skip:
+                deps.add(mod)
+        graph[name] = deps
+    return graph
+
+
+def project_graph() -> dict[str, set[str]]:
+    mods = project_modules()
+    return module_graph({m: f.read_text(encoding="utf-8") for m, f in mods.items()},
+                        {m for m, f in mods.items() if f.name == "__init__.py"})
+
+
+def folder_of(module: str) -> str:
+    parts = module.split(".")
+    if len(parts) > 1 and parts[1] in FOLDERS:
+        return parts[1]
+    return "text" if module == "kvarena.text" else "command"
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Imports into a higher layer, into another folder of the same layer, or up a folder's subpackage order."""
+    bad = []
+    for mod, deps in sorted(graph.items()):
+        a = folder_of(mod)
+        for dep in sorted(deps):
+            b = folder_of(dep)
+            if a != b and LAYERS[b] >= LAYERS[a]:
+                bad.append(f"{mod} ({a}/, layer {LAYERS[a]}) imports {dep} ({b}/, layer {LAYERS[b]})")
+            order = SUBPACKAGE_ORDER.get(a, ())
+            sa, sb = mod.split(".")[2:3], dep.split(".")[2:3]
+            if a == b and sa and sb and sa[0] in order and sb[0] in order and order.index(sb[0]) > order.index(sa[0]):
+                bad.append(f"{mod} imports {dep}: {a}/{sb[0]}/ is above {a}/{sa[0]}/ in {' < '.join(order)}")
+    return bad
+
+
+def test_every_module_is_in_the_graph() -> None:
+    graph = project_graph()
+    assert len(graph) >= 120 and {folder_of(m) for m in graph} == set(LAYERS)
+    # nested imports are edges, TYPE_CHECKING ones are not
+    assert "kvarena.proofs.replay" in graph["kvarena.proofs.harness"]
+    assert "kvarena.conformance.machine.conductor" not in graph["kvarena.conformance.machine.below"]
+
+
+def test_no_import_circle_anywhere() -> None:
+    cycle = import_cycle(project_graph())
+    assert not cycle, "import circle: " + " -> ".join(cycle) + "; move what both need into a module below both"
+
+
+def test_no_upward_import_anywhere() -> None:
+    bad = upward_imports(project_graph())
+    assert not bad, "\n".join(bad)
+
+
+def test_graph_checks_catch_planted_bugs() -> None:
+    """Each check fails on the bug it is for: a circle through a function-level import, an upward import, a
+    sideways one within a layer, a subpackage imported from below; a TYPE_CHECKING import is no edge."""
+    sources = {
+        "kvarena.spec.types": "from kvarena.spec import errors\n",
+        "kvarena.spec.errors": "def f():\n    from kvarena.spec.types import Plan\n",
+        "kvarena.reference.arena": "from kvarena.gpu.allocator import GpuArena\n",
+        "kvarena.gpu.allocator": "from kvarena.conformance.machine import harness\n",
+        "kvarena.conformance.machine.harness": "from ..runner import cli\n",
+        "kvarena.conformance.runner.cli": ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                           "    from kvarena.conformance.machine.harness import X\n"),
+        "kvarena.simulator.rules": "from kvarena import text\nfrom kvarena.engines.vllm import driver\n",
+        "kvarena.text": "from kvarena.spec.types import Plan\n",
+        "kvarena.engines.vllm.driver": "",
+    }
+    graph = module_graph(sources, set())
+    cycle = import_cycle(graph)
+    assert cycle[0] == cycle[-1] and set(cycle) == {"kvarena.spec.errors", "kvarena.spec.types"}
+    assert graph["kvarena.conformance.runner.cli"] == set()  # TYPE_CHECKING only
+    bad = upward_imports(graph)
+    assert len(bad) == 3, bad
+    assert "kvarena.reference.arena (reference/, layer 1) imports kvarena.gpu.allocator (gpu/, layer 1)" in bad
+    assert "kvarena.gpu.allocator (gpu/, layer 1) imports kvarena.conformance.machine.harness" in " ".join(bad)
+    assert any("conformance/runner/ is above conformance/machine/" in b for b in bad)

@@ -9,7 +9,8 @@ import pytest
 
 from kvarena.reference.arena import Arena
 from kvarena.reference.invariants import check_all
-from kvarena.reference.split import SplitPools, exact_ratio, float_hints, split_bytes, split_regions
+from kvarena.reference.sizing import exact_ratio, float_hints, split_bytes, split_regions
+from kvarena.reference.split import SplitPools
 from kvarena.spec.errors import AdmissionRejectedError, CapacityTooSmallError, ConfigError, MisalignedRowError
 from kvarena.spec.layout import (
     DTYPE_BYTES,

@@ -43,7 +43,7 @@ FIX = "update spec/arena.md from the reference or vice versa"
 REQUIRED_EXCERPTS = {
     "reference/arena.py": ["Arena.ladder"],
     "reference/ladder.py": ["place"],
-    "reference/split.py": ["split_bytes"],
+    "reference/sizing.py": ["split_bytes"],
 }
 REQUIRED_CONSTANTS = {"ROW_ALIGN", "ENTRY_ALIGN", "DTYPE_BYTES", "DEFAULT_SWA_FULL_TOKENS_RATIO",
                       "DEFAULT_MAMBA_FULL_MEMORY_RATIO"}
