@@ -248,6 +248,18 @@ class GpuArena(BatchOps, MoveOps):
         self._apply(plan)
         return plan
 
+    def flush_idle(self, budget_bytes: int) -> Plan:
+        """The idle-time flush (SGLang's ``flush_opportunistic``, called between steps): the full flush of the end
+        bands, low band first, moving at most ``budget_bytes`` of pages (each move costs its page's bytes)."""
+        self.poll()
+        if not is_int(budget_bytes) or budget_bytes < 0:
+            raise InvalidArgumentError(f"flush_idle: budget_bytes must be an int >= 0 (bytes this call may move), "
+                                       f"got {budget_bytes!r}")
+        moves, _ = self.ladder.compact_ends(self.ladder.views(), None, budget_bytes)
+        plan = self.ladder.plan(Rung.COMPACT if moves else Rung.NONE, moves)
+        self._apply(plan)
+        return plan
+
     def relayout(self, demand: Mapping[str, int]) -> Plan:
         """Rung 3 alone, on the current ends: move the floats to open room for ``demand`` (not placed)."""
         self.poll()

@@ -532,18 +532,26 @@ class Ladder:
     def _reader(self, c: str) -> Callable[[int], bool] | None:
         return (lambda s: self.ledger.readers[(c, s)] > 0) if self.ledger.readers else None
 
-    def compact_ends(self, views: Sequence[View], budget: int | None) -> tuple[MoveSeq, list[View]]:
-        """Rung 2: the low band, then the high band, sharing one move budget (the moves as arrays)."""
+    def compact_ends(self, views: Sequence[View], budget: int | None,
+                     budget_bytes: int | None = None) -> tuple[MoveSeq, list[View]]:
+        """Rung 2: the low band, then the high band, sharing one move budget (the moves as arrays): ``budget``
+        moves, or ``budget_bytes`` bytes with each move costing its page's bytes (``flush_idle``)."""
         runs: list[tuple[str, np.ndarray, np.ndarray]] = []
         n = 0
+        left = budget_bytes
         views = list(views)
         for i in (0, len(views) - 1):
             band = self.by_name[views[i].name]
             c = band.name
-            src, dst = _pairs(band, self.barrier(band), None if budget is None else budget - n)
+            cap = None if budget is None else budget - n
+            if left is not None:
+                cap = left // band.page_bytes if cap is None else min(cap, left // band.page_bytes)
+            src, dst = _pairs(band, self.barrier(band), cap)
             views[i] = _packed_view(band, src, dst, self._reader(c))
             runs.append((c, src, dst))
             n += len(src)
+            if left is not None:
+                left -= len(src) * band.page_bytes
         return MoveSeq(runs), views
 
     def barrier(self, band: Band) -> int | None:

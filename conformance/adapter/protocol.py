@@ -76,7 +76,7 @@ REFERENCE_ALIAS = "reference"  # ``--impl reference``: the reference itself (a s
 # factory-level ``PROTOCOL_VERSION``; ``conform`` names the changes since (:func:`version_notes`). A new change:
 # bump PROTOCOL_VERSION, add its entry to PROTOCOL_CHANGES and its section to conformance/CHANGELOG.md
 # (tests/fast/test_protocol_version.py holds the three together).
-PROTOCOL_VERSION = 8
+PROTOCOL_VERSION = 9
 
 # version -> (date, what changed, what an adapter written for an older version changes)
 PROTOCOL_CHANGES: dict[int, tuple[str, str, str]] = {
@@ -109,6 +109,12 @@ PROTOCOL_CHANGES: dict[int, tuple[str, str, str]] = {
                       "must change nothing even where the reference admitted (now checked at every level)",
         "a block pool: return a PoolObservation from observe() and run --level pool; a two-ended arena: make "
         "sure a refused admit leaves no page behind, then set PROTOCOL_VERSION = 8"),
+    9: ("2026-12-05", "flush_idle(budget_bytes) -> Plan, optional as copy_state: the idle-time flush of the end "
+                      "bands under a byte budget (spec/arena.md §flush_idle); where the adapter offers it, the "
+                      "machine draws it and flush-idle.jsonl replays it (moves' page bytes within the budget; exact: "
+                      "the reference's plan)",
+        "nothing required; to have the idle flush checked, add flush_idle(budget_bytes) (PoolAdapter: map it to "
+        "your pool's compaction), then set PROTOCOL_VERSION = 9"),
 }
 
 

@@ -42,6 +42,7 @@ from kvarena.conformance.machine.harness import (
     ADMISSIONS,
     FREEING,
     PLACEMENT_DEPENDENT,
+    PLANNING,
     REJECTED,
     Divergence,
     Expect,
@@ -419,10 +420,14 @@ class Conductor:
             want_t = tuple(exp.value)
             if out.value[0] != want_t[0] or (exact and tuple(out.value) != want_t):
                 self.fail(f"translate {json.dumps(args)}: got {out.value}, the reference {list(want_t)}")
-        elif op in ("compact", "relayout"):
+        elif op in PLANNING:
             if out.plan is not None and op == "compact" and args["max_moves"] is not None \
                     and len(out.plan["moves"]) > args["max_moves"]:
                 self.fail(f"compact({args['max_moves']}) moved {len(out.plan['moves'])} pages")
+            if out.plan is not None and op == "flush_idle":  # each move costs its page's bytes
+                paid = sum(self.geo.page_bytes[m[0]] for m in out.plan["moves"])
+                if paid > args["budget_bytes"]:
+                    self.fail(f"flush_idle({args['budget_bytes']}) moved {paid} B of pages")
             if exact and out.plan is not None and exp.plan is not None and out.plan != exp.plan:
                 self.fail(f"{op} {json.dumps(args)}: plan {out.plan}, the reference's {exp.plan}")
 

@@ -53,6 +53,7 @@ OPS: dict[str, tuple[str, ...]] = {
     "acquire": ("user", "kind", "pages"),
     "release": ("user",),
     "compact": ("max_moves",),
+    "flush_idle": ("budget_bytes",),  # optional in the adapter protocol (protocol 9), as copy_state
     "relayout": ("demand",),
     "write": ("page", "entry", "row", "tag"),
     "read": ("page", "entry", "row"),
@@ -66,6 +67,7 @@ OPTIONAL_ARGS: dict[str, tuple[str, ...]] = {"admit": ("below",), "extend": ("be
 PAGE_LIST_ARGS = ("shared", "pages")
 ADMISSIONS = ("admit", "extend", "copy_state")
 FREEING = ("drop", "slide", "free")
+PLANNING = ("compact", "flush_idle", "relayout")  # steps that return a plan and place nothing
 PLACEMENT_DEPENDENT = ("admit", "extend", "relayout", "copy_state")  # outcomes that may differ below `decisions`
 REJECTED = "AdmissionRejected"
 CACHE = "cache"  # the prefix cache: an owner like any request
@@ -144,7 +146,7 @@ class Expect:
             ret: Any = {"pages": self.pages, "vids": self.vids, "plan": self.plan}
         elif op in FREEING:
             ret = self.freed
-        elif op in ("compact", "relayout"):
+        elif op in PLANNING:
             ret = self.plan
         else:
             ret = self.value
@@ -160,7 +162,7 @@ class Expect:
                        vids={c: list(v) for c, v in ret["vids"].items()}, plan=ret.get("plan"))
         if op in FREEING:
             return cls(freed=list(ret))
-        if op in ("compact", "relayout"):
+        if op in PLANNING:
             return cls(plan=ret)
         return cls(value=ret)
 
@@ -270,6 +272,8 @@ def call(alloc: Any, op: str, a: Mapping[str, Any]) -> Any:
         return alloc.release(a["user"])
     if op == "compact":
         return alloc.compact(a["max_moves"])
+    if op == "flush_idle":
+        return alloc.flush_idle(a["budget_bytes"])
     if op == "relayout":
         return alloc.relayout(a["demand"])
     if op == "write":
@@ -329,7 +333,7 @@ class LiveReference:
             for h in freed:
                 self.h.unbind(h)
             return Expect(freed=freed)
-        if op in ("compact", "relayout"):
+        if op in PLANNING:
             return Expect(plan=plan_of(result))
         if op == "translate":
             return Expect(value=list(result))
@@ -425,6 +429,9 @@ class Side:
         if op == "copy_state" and not callable(getattr(self.alloc, "copy_state", None)):
             raise StopReplay(f"the implementation has no copy_state (optional in the adapter protocol): the trace "
                              f"copies recurrent state here ({json.dumps(dict(args))})")
+        if op == "flush_idle" and not callable(getattr(self.alloc, "flush_idle", None)):
+            raise StopReplay(f"the implementation has no flush_idle (optional in the adapter protocol): the trace "
+                             f"flushes between steps here ({json.dumps(dict(args))})")
         try:
             result = call(self.alloc, op, resolved)
         except ArenaError as e:
@@ -442,7 +449,7 @@ class Side:
             return Outcome(value=pages_of(result, op, order), plan=plan_of(result))
         if op in FREEING:
             return Outcome(value=ids_of(result, op))
-        if op in ("compact", "relayout"):
+        if op in PLANNING:
             return Outcome(plan=plan_of(result))
         if op == "read":
             return Outcome(value=tag_of(result))
@@ -505,5 +512,5 @@ def construct_pair(factory: Callable[[ArenaConfig], Any], config: ArenaConfig, l
                      f"the implementation {'builds it' if imp_code is None else 'raises ' + imp_code}")
 
 
-__all__ = ["CACHE", "OPS", "OPTIONAL_ARGS", "Divergence", "Expect", "LiveReference", "Side", "Snapshot",
+__all__ = ["CACHE", "OPS", "OPTIONAL_ARGS", "PLANNING", "Divergence", "Expect", "LiveReference", "Side", "Snapshot",
            "as_observation", "config_from_json", "config_to_json", "construct_pair"]

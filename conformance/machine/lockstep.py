@@ -334,6 +334,21 @@ def r_compact(c: Conductor, ch: Chooser) -> None:
     c.run("compact", max_moves=ch.choice([None, 0, 1, 2, 3], "max_moves"))
 
 
+def r_flush_idle(c: Conductor, ch: Chooser) -> None:
+    """The idle-time flush under a byte budget: none, part of a page, a few pages, everything; now and then a
+    malformed budget (refused)."""
+    pb = sorted(c.geo.page_bytes.values())
+    bad = ch.integer(0, 9, "bad") == 0
+    budget = ch.choice([-1, -pb[0], 1.5 * pb[0]], "budget") if bad else \
+        ch.choice([0, pb[0] - 1, pb[0], pb[-1], 3 * pb[-1] + pb[0], c.geo.capacity], "budget")
+    c.run("flush_idle", budget_bytes=budget)
+
+
+def _offers_flush(c: Conductor) -> bool:
+    """The implementation (if any) offers flush_idle (optional in the adapter protocol, version 9)."""
+    return c.impl is None or callable(getattr(c.impl.alloc, "flush_idle", None))
+
+
 def r_relayout(c: Conductor, ch: Chooser) -> None:
     # mostly end-band demand: that is what pushes a float band around
     demand = _demand(c, ch, 2)
@@ -564,6 +579,7 @@ RULES: dict[str, tuple[Callable[[Conductor], bool] | None, Callable[[Conductor, 
     "acquire_nothing": (_recurrent_contract, r_acquire_nothing, 0),
     "admit_below": (offers_below, r_admit_below, 0),  # the optional placement limit (below.py)
     "extend_below": (lambda c: offers_below(c) and _has_requests(c), r_extend_below, 0),
+    "flush_idle": (_offers_flush, r_flush_idle, 0),
 }
 
 

@@ -29,6 +29,7 @@ from kvarena.conformance.machine.harness import (
     FREEING,
     OPS,
     OPTIONAL_ARGS,
+    PLANNING,
     REJECTED,
     Divergence,
     Expect,
@@ -97,7 +98,7 @@ def coverage(steps: Iterable[Mapping[str, Any]]) -> dict:
             errors.setdefault(s["op"], set()).add(e["rejects"])
         else:
             ret = e["returns"]
-            plan = ret.get("plan") if s["op"] in ADMISSIONS else ret if s["op"] in ("compact", "relayout") else None
+            plan = ret.get("plan") if s["op"] in ADMISSIONS else ret if s["op"] in PLANNING else None
             if plan:
                 rungs.add(plan["rung"])
     return {"ops": sorted(ops), "errors": {op: sorted(v) for op, v in sorted(errors.items())}, "rungs": sorted(rungs)}

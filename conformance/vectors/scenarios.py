@@ -381,6 +381,40 @@ def float_hint_exact(c: Conductor, rng: random.Random) -> None:
     readback(c)
 
 
+def flush_idle(c: Conductor, rng: random.Random) -> None:
+    """The idle-time flush (spec/arena.md §flush_idle): holes in both end bands, then budgets of nothing, less
+    than a page, one page, a writer's barrier and everything; malformed budgets refused; the data follows."""
+    pb = c.geo.page_bytes
+    got = [must(c.run("admit", owner=f"r{i}", demand={"state": 1, "full": 2}, shared=[]), f"r{i}", rung=1)
+           for i in range(1, 7)]
+    for e in got:
+        for h in flat(e):
+            write_page(c, h)
+    for i in (1, 3, 5):
+        must(c.run("free", owner=f"r{i}"), f"free r{i}")  # holes near both anchors
+    if must(c.run("flush_idle", budget_bytes=0), "budget 0").plan["moves"]:
+        raise ScenarioError("flush_idle(0) moved a page")
+    if must(c.run("flush_idle", budget_bytes=pb["state"] - 1), "under one page").plan["moves"]:
+        raise ScenarioError("flush_idle below one page's bytes moved a page")
+    one = must(c.run("flush_idle", budget_bytes=pb["state"]), "one state page").plan
+    if [m[0] for m in one["moves"]] != ["state"]:
+        raise ScenarioError(f"flush_idle of one state page's bytes moved {one['moves']}")
+    far = by_slot(c, "full")[0]  # the high band's page farthest from its anchor
+    must(c.run("acquire", user="w", kind="forward_write", pages=[far]), "a writer pins the far page")
+    pinned = must(c.run("flush_idle", budget_bytes=c.geo.capacity), "flush under a writer").plan
+    slot = c.oracle.snapshot().pages[far][1]
+    if any(m[0] == "full" and m[1] == slot for m in pinned["moves"]):
+        raise ScenarioError("flush_idle moved a page with a writer")
+    must(c.run("release", user="w"), "release w")
+    must(c.run("flush_idle", budget_bytes=c.geo.capacity), "flush everything")
+    if must(c.run("flush_idle", budget_bytes=c.geo.capacity), "nothing left").plan["moves"]:
+        raise ScenarioError("a second full flush moved pages")
+    for bad in (-1, 1.5, True, "64", None):
+        must(c.run("flush_idle", budget_bytes=bad), f"budget {bad!r}", "InvalidArgument")
+    walk(c, rng, 60, {"flush_idle": 6, "free": 6, "churn": 4})
+    readback(c)
+
+
 VECTORS: tuple[VectorSpec, ...] = (
     VectorSpec("mixed-toy-tri-a", "random walk over every operation and error path; state | window | full",
                "toy-tri", 3616, 4, mixed(230), seed=1),
@@ -415,6 +449,8 @@ VECTORS: tuple[VectorSpec, ...] = (
     VectorSpec("float-hint-exact", "the empty float opens at its hint in exact rationals (3264 * 7 / 17 = 1344 B of "
                "state; binary floating point gives 1343)", "toy-tri", 3264, 1, float_hint_exact, seed=17,
                mamba_full_memory_ratio=0.7),
+    VectorSpec("flush-idle", "the idle-time flush under a byte budget: nothing, under a page, one page, a writer's "
+               "barrier, everything; malformed budgets refused", "toy-tri", 6144, 4, flush_idle, seed=22),
     VectorSpec("sglang-off-grid-frontier", "sglang §8.2: a low frontier off the high band's page grid; no overlap",
                "toy-tri", 2912, 2, sglang_off_grid_frontier, seed=16),
 )
