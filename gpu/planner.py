@@ -16,7 +16,6 @@ import heapq
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import Enum
 from fractions import Fraction
 from itertools import chain as concat
 from itertools import islice
@@ -26,26 +25,17 @@ from sortedcontainers import SortedList
 
 from kvarena.gpu.moveseq import MoveSeq
 from kvarena.spec.errors import AdmissionRejectedError
+from kvarena.spec.guards import ceil_div as cdiv  # the spec's one ceil division
 from kvarena.spec.layout import Kind, entry_layout
 from kvarena.spec.models import ArenaConfig, chain
 from kvarena.spec.sizing import least, size_ends
-from kvarena.spec.types import Move, Plan, Rung
+from kvarena.spec.types import Move, Plan, Role, Rung
 
 _NO = np.zeros(0, dtype=np.int64)
 
 
-def cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 def clamp(x: int, lo: int, hi: int) -> int:
     return max(lo, min(x, hi))
-
-
-class Role(str, Enum):
-    LOW = "low"  # first in the chain: span [0, hi), anchored at byte 0
-    FLOAT = "float"  # between the ends; empty floats are parked at (0, 0)
-    HIGH = "high"  # last in the chain: span [lo, top), anchored at its grid's top
 
 
 class Band:

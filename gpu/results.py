@@ -14,29 +14,7 @@ from typing import Any
 import numpy as np
 
 from kvarena.spec.errors import ArenaError
-from kvarena.spec.types import Plan, Rung, UserKind
-
-
-@dataclass(frozen=True)
-class Admission:
-    """What admit / extend return: the new virtual pages per class and the plan that placed them."""
-
-    pages: dict[str, tuple[int, ...]]
-    plan: Plan
-
-
-@dataclass(frozen=True)
-class Hold:
-    cls: str
-    slot: int  # where the page was when acquired (a hold does not follow a move)
-    vid: int
-
-
-@dataclass(frozen=True)
-class User:
-    kind: UserKind
-    holds: tuple[Hold, ...]
-    event: Any = None  # released when event.query() is true, polled at the next call
+from kvarena.spec.types import Admission, Plan, Rung
 
 
 @dataclass

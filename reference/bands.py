@@ -11,15 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from enum import Enum
 
 from sortedcontainers import SortedList
 
-
-class Role(str, Enum):
-    LOW = "low"  # anchored at byte 0, grows up (its span is [0, hi))
-    FLOAT = "float"  # between the ends, grows either way, empty when lo == hi
-    HIGH = "high"  # anchored at the top of its grid, grows down (its span is [lo, top))
+from kvarena.spec.types import Role  # re-exported: the band's users import it from here
 
 
 class Band:

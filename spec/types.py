@@ -1,9 +1,19 @@
-"""Shared vocabulary of operations: ledger users, moves, plans (spec/arena.md §Ledger, §Ladder)."""
+"""Shared vocabulary of operations: band roles, ledger users and their holds, moves, plans, admissions
+(spec/arena.md §State, §Ledger, §Admission ladder). Every implementation uses these types; none defines its own."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
+
+
+class Role(str, Enum):
+    """Where a band sits in the chain (spec/arena.md §Bands and roles)."""
+
+    LOW = "low"  # first in the chain: span [0, hi), anchored at byte 0, grows up
+    FLOAT = "float"  # between the ends, grows either way, empty when lo == hi
+    HIGH = "high"  # last in the chain: span [lo, top), anchored at the top of its grid, grows down
 
 
 class Mode(str, Enum):
@@ -27,6 +37,31 @@ class UserKind(str, Enum):
 
 
 _WRITERS = {UserKind.FORWARD_WRITE, UserKind.HOST_LOAD, UserKind.NET_RECV}
+
+
+@dataclass(frozen=True)
+class Hold:
+    """One page a ledger user holds: where it was when acquired (a hold does not follow a move), which virtual
+    page, and which allocation of that id (``gen``: its serial, so INV-LEDGER-SAFETY tells a moved page from a
+    reused id; an implementation that keeps no serials records 0)."""
+
+    cls: str
+    slot: int
+    vid: int
+    gen: int = 0
+
+
+@dataclass(frozen=True)
+class User:
+    """A ledger user: a forward pass, host copy or transfer holding physical pages (spec/arena.md §Ledger)."""
+
+    kind: UserKind
+    holds: tuple[Hold, ...]
+    event: Any = None  # with query(): released by the poll() of the first call after it is true (§Event users)
+
+    @property
+    def mode(self) -> Mode:
+        return self.kind.mode
 
 
 class Rung(int, Enum):
@@ -70,3 +105,11 @@ class Observation:
     spans: dict[str, tuple[int, int]]  # class -> [lo, hi) slots
     holes: dict[str, tuple[int, ...]]
     withheld: dict[str, tuple[int, ...]]
+
+
+@dataclass(frozen=True)
+class Admission:
+    """What admit / extend / copy return: the new virtual pages per class and the plan that placed them."""
+
+    pages: dict[str, tuple[int, ...]]
+    plan: Plan
