@@ -38,6 +38,10 @@ RULE_GUARDS: dict[str, tuple[tuple[str, str], ...]] = {
 
 # validator rules that stand for no guard of a model step, and why
 NO_GUARD: dict[str, str] = {
+    "PLAN-SHAPE": "typing: the model's steps take a rung, classes and int slots by construction, so no step has a "
+                  "malformed plan to guard against; the rule turns a plan the reference would crash on half-applied "
+                  "(a rung outside Rung, a float slot, a hook's own exception) into a PlanError before anything "
+                  "is applied, guarding INV-REFUSAL-IS-NOOP, no state of the model",
     "PLAN-RUNG": "structural: which rung may move what (rung 1 nothing, rung 2 the ends, rung 3 floats with a "
                  "target span) is the ladder's shape, not a safety guard; each move the rule lets through is a "
                  "move, compact or relayout_move step, guarded by the rules above",

@@ -33,7 +33,7 @@ from kvarena.reference.ladder import (
 )
 from kvarena.reference.policy import Ladder, Policy
 from kvarena.reference.sizing import float_hints  # the sizing shared with the split-pool baseline
-from kvarena.reference.validate import validate_plan
+from kvarena.reference.validate import policy_call, validate_plan
 from kvarena.spec.errors import (
     AdmissionRejectedError,
     CapacityTooSmallError,
@@ -256,7 +256,7 @@ class Arena:
             return Plan(Rung.NONE)
         self._limits = limits or {}
         try:
-            plan = self.policy.plan(self, demand)
+            plan = policy_call("plan", lambda: self.policy.plan(self, demand))  # its crash: a typed PlanError
         finally:
             self._limits = {}
         validate_plan(self, plan, demand)
@@ -611,7 +611,7 @@ class Arena:
             b.absorb_boundary_holes()
         if undo is not None:
             try:
-                after = self.policy.after_free(self)
+                after = policy_call("after_free", lambda: self.policy.after_free(self))  # (undone below too)
                 if after is not None:
                     validate_plan(self, after, {})  # a free-time plan places nothing
                     if after.moves:

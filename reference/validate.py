@@ -9,19 +9,23 @@ O(arena)) and raises ``PlanError`` naming the rule and the invariant it protects
 from __future__ import annotations
 
 import bisect
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+import reprlib
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 from kvarena.reference.bands import Band, Role
-from kvarena.spec.errors import PlanError
-from kvarena.spec.types import Plan, Rung
+from kvarena.spec.errors import ArenaError, PlanError
+from kvarena.spec.types import Move, Plan, Rung
 
 if TYPE_CHECKING:  # the arena imports this module; no cycle at run time
     from kvarena.reference.arena import Arena
 
 # rule -> the invariant a plan breaking it would violate
 RULES: dict[str, str] = {
-    "PLAN-RUNG": "INV-BAND-ORDER",  # rung 1 moves nothing; rung 2 moves end bands only; rung 3 floats
+    # the plan's fields have the types _apply takes (checked first: a malformed plan crashes half-applied)
+    "PLAN-SHAPE": "INV-REFUSAL-IS-NOOP",
+    "PLAN-RUNG": "INV-BAND-ORDER",  # NONE places and moves nothing; rung 1 moves nothing; 2 the ends; 3 floats
     "PLAN-MOVE-SOURCE": "INV-VMAP-BIJECTIVE",  # a move's source is a live page of that class
     "PLAN-MOVE-WRITER": "INV-LEDGER-SAFETY",  # a page with a writer never moves
     "PLAN-MOVE-DEST": "INV-NO-OVERLAP",  # a move's destination is free (a hole, or gap inside a float's target)
@@ -33,9 +37,85 @@ RULES: dict[str, str] = {
 }
 
 
-def _fail(rule: str, msg: str) -> None:
-    raise PlanError(f"{rule} ({RULES[rule]}): {msg}; the policy must plan only moves and placements the spec "
-                    "allows (spec/arena.md §Policies)", rule, RULES[rule])
+def _error(rule: str, msg: str) -> PlanError:
+    return PlanError(f"{rule} ({RULES[rule]}): {msg}; the policy must plan only moves and placements the spec "
+                     "allows (spec/arena.md §Policies)", rule, RULES[rule])
+
+
+def _fail(rule: str, msg: str) -> NoReturn:
+    raise _error(rule, msg)
+
+
+T = TypeVar("T")
+
+
+def policy_call(hook: str, call: Callable[[], T]) -> T:
+    """``call()``, a policy's ``hook`` (``plan`` or ``after_free``).  The policy is never trusted, its code no more
+    than its plans: a crash of its own (anything but an ArenaError; ``AdmissionRejectedError`` is how it says no)
+    is refused as PLAN-SHAPE, typed, with the crash as the cause and where it raised.  The caller applies nothing
+    (``plan``) or undoes the free (``after_free``), as for any refused plan."""
+    try:
+        return call()
+    except ArenaError:
+        raise
+    except Exception as e:
+        tb = traceback.extract_tb(e.__traceback__)
+        where = f" at {tb[-1].filename}:{tb[-1].lineno} in {tb[-1].name}: {tb[-1].line}" if tb else ""
+        raise _error("PLAN-SHAPE", f"the policy raised {type(e).__name__}: {e} in {hook}(){where}; {hook}() "
+                                   f"returns a Plan{' or None' if hook == 'after_free' else ''}, or raises "
+                                   "AdmissionRejectedError when it finds none") from e
+
+
+def _shape(where: str, got: object, want: str) -> NoReturn:
+    _fail("PLAN-SHAPE", f"{where} is {reprlib.repr(got)} ({type(got).__name__}); make it {want}")
+
+
+def _is_int(x: object) -> bool:
+    """The project's ``is_int`` (a bool is never a slot or a count), the common case first: one call per slot."""
+    return type(x) is int or (isinstance(x, int) and not isinstance(x, bool))
+
+
+def _check_shape(plan: object) -> None:
+    """PLAN-SHAPE: the plan has the types ``_apply`` and the rules below take, so it is refused before anything
+    reads it.  A malformed plan could otherwise pass every rule and crash half-applied (a rung 7 after its pages
+    are bound, a float span of 1.5 after the float was retargeted), or crash the validator untyped.  Class names are
+    only typed here: an unknown class is the rules' to refuse (PLAN-MOVE-SOURCE, PLAN-RUNG, PLAN-PLACE-COUNT)."""
+    if not isinstance(plan, Plan):
+        _shape("the plan", plan, "a kvarena.spec.types.Plan(rung, moves, placements, ...) (after_free may also "
+                                 "return None)")
+    if not isinstance(plan.rung, Rung):  # Rung is an int Enum: only its members are instances, not 1 or True
+        _shape("plan.rung", plan.rung, "a Rung member (Rung.NONE, Rung.REUSE, Rung.COMPACT or Rung.RELAYOUT), "
+                                       "not a plain int, str or bool")
+    if not isinstance(plan.moves, (tuple, list)):
+        _shape("plan.moves", plan.moves, "a tuple of Move(cls, src, dst), () for none")
+    for i, m in enumerate(plan.moves):
+        if not isinstance(m, Move):
+            _shape(f"plan.moves[{i}]", m, "a Move(cls, src, dst)")
+        if not isinstance(m.cls, str):
+            _shape(f"plan.moves[{i}].cls", m.cls, "a class name (str)")
+        if not _is_int(m.src) or not _is_int(m.dst):
+            _shape(f"plan.moves[{i}]", m, "a Move whose src and dst are int slots")
+    if type(plan.spans) is not dict and not isinstance(plan.spans, Mapping):  # (dict first: ABC checks cost)
+        _shape("plan.spans", plan.spans, "a mapping float class -> (lo, hi) int slots, {} for none")
+    for cls, span in plan.spans.items():
+        if not isinstance(cls, str) or not isinstance(span, (tuple, list)) or len(span) != 2 \
+                or not all(_is_int(t) for t in span):
+            _shape(f"plan.spans[{cls!r}]", span, "a class name mapped to a pair (lo, hi) of int slots")
+    if type(plan.placements) is not dict and not isinstance(plan.placements, Mapping):
+        _shape("plan.placements", plan.placements, "a mapping class -> tuple of int slots, {} for none")
+    for cls, slots in plan.placements.items():
+        if not isinstance(cls, str) or (type(slots) is not tuple and (not isinstance(slots, Sequence)
+                                                                       or isinstance(slots, (str, bytes)))):
+            _shape(f"plan.placements[{cls!r}]", slots, "a class name mapped to a tuple of int slots")
+        if all(type(s) is int for s in slots):  # (the common case, one pass)
+            continue
+        for s in slots:
+            if not _is_int(s):
+                _shape(f"a slot of plan.placements[{cls!r}]", s, "an int slot on the class's page grid")
+    moved = plan.bytes_moved
+    if (type(moved) is not dict and not isinstance(moved, Mapping)) or not all(_is_int(k) and _is_int(v)
+                                                                               for k, v in moved.items()):
+        _shape("plan.bytes_moved", moved, "a mapping rung (int) -> bytes moved (int), {} for none")
 
 
 class _Overlay:
@@ -62,7 +142,11 @@ class _Overlay:
 
 def validate_plan(a: Arena, plan: Plan, demand: Mapping[str, int]) -> None:
     """Raise PlanError if applying ``plan`` for ``demand`` would break a rule of the spec."""
+    _check_shape(plan)  # first: every rule below reads these fields
     ends = {a.order[0], a.order[-1]}
+    if plan.rung is Rung.NONE and any(plan.placements.values()):
+        _fail("PLAN-RUNG", f"a plan of rung NONE places {sum(len(s) for s in plan.placements.values())} pages; "
+                           "NONE places nothing, so give the rung that placed them (REUSE without moves)")
     if plan.rung is Rung.REUSE and plan.moves:
         _fail("PLAN-RUNG", f"a rung-1 plan moves {len(plan.moves)} pages; reuse in place moves nothing")
     if plan.moves and plan.rung not in (Rung.COMPACT, Rung.RELAYOUT):

@@ -136,8 +136,9 @@ def test_a_free_and_its_free_time_plan_commit_together(free: str) -> None:
     before, snap = pickle.dumps(a), a.snapshot()
     call = {"drop": lambda: a.drop("r", [r.pages["full"][1], r.pages["full"][2]]),
             "slide": lambda: a.slide("r", "window", 2), "free": lambda: a.free("r")}[free]
-    with pytest.raises(RuntimeError, match="policy bug"):
+    with pytest.raises(PlanError, match="policy bug") as info:  # the hook's own crash, typed (PLAN-SHAPE)
         call()
+    assert info.value.rule == "PLAN-SHAPE" and isinstance(info.value.__cause__, RuntimeError)
     assert a.snapshot() == snap and pickle.dumps(a) == before
     check_all(a)
     a.policy = Ladder()  # the same call with a hook that plans nothing goes through

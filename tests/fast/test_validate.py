@@ -14,12 +14,15 @@ too weak and a rule that is too strong both fail here.  The layout of ``world`` 
 from __future__ import annotations
 
 import pickle
+import re
+from collections.abc import Callable
 
 import pytest
 
 from kvarena.reference.arena import Arena
 from kvarena.reference.bands import Band, BandView, Role, explicit_view, merge_anchor_order
 from kvarena.reference.invariants import check_all
+from kvarena.reference.policy import Ladder
 from kvarena.reference.validate import RULES, validate_plan
 from kvarena.spec.errors import PlanError
 from kvarena.spec.models import ArenaConfig, preset
@@ -411,3 +414,208 @@ def test_merge_anchor_order() -> None:
     assert list(merge_anchor_order(Role.HIGH, iter([9, 5, 2]), iter([8, 3]))) == [9, 8, 5, 3, 2]
     assert list(merge_anchor_order(Role.LOW, iter([2, 5, 9]), iter([3, 8]))) == [2, 3, 5, 8, 9]
     assert list(merge_anchor_order(Role.FLOAT, iter([4]), iter([1]))) == [1, 4]
+
+
+# -- PLAN-SHAPE: a plan's types, checked before every other rule ---------------------------------
+#
+# A plug-in policy returns whatever it likes. Each malformed shape below used to pass the rules and crash half-way
+# through Arena._apply (a rung 7 after its page was bound: a leak; a float span of 1.5 after the float was
+# retargeted), be applied (rung "1"), or crash the validator with an untyped error. Now each is PLAN-SHAPE, named
+# by the field at fault, with the state bit-identical. ``shape_checks`` lists every case as a zero-argument check,
+# for the test functions below and for the planted bugs of tests/quality/test_mutants.py that they must kill.
+
+# (id, plan, demand, the field the message names): each against ``world``, whose free slots the good part of each
+# plan uses (full 14, window 1), so only the shape is wrong
+SHAPES: list[tuple[str, object, dict[str, int], str]] = [
+    ("plan-none", None, {}, "the plan is None"),
+    ("plan-dict", {"rung": R, "placements": {"full": (14,)}}, {"full": 1}, "the plan is {"),
+    ("plan-tuple", (R, (), {"full": (14,)}), {"full": 1}, "the plan is ("),
+    ("rung-int", Plan(1, placements={"full": (14,)}), {"full": 1}, "plan.rung is 1 (int)"),  # type: ignore[arg-type]
+    ("rung-7", Plan(7, placements={"full": (14,)}), {"full": 1}, "plan.rung is 7 (int)"),  # type: ignore[arg-type]
+    ("rung-bool", Plan(True, placements={"full": (14,)}), {"full": 1}, "plan.rung is True (bool)"),  # type: ignore
+    ("rung-str", Plan("1", placements={"full": (14,)}), {"full": 1}, "plan.rung is '1' (str)"),  # type: ignore
+    ("rung-float", Plan(1.0, placements={"full": (14,)}), {"full": 1}, "plan.rung is 1.0 (float)"),  # type: ignore
+    ("rung-none", Plan(None), {}, "plan.rung is None"),  # type: ignore[arg-type]
+    ("moves-none", Plan(C, None), {}, "plan.moves is None"),  # type: ignore[arg-type]
+    ("moves-set", Plan(C, {Move("full", 11, 14)}), {}, "plan.moves is {"),  # type: ignore[arg-type]  (no order)
+    ("move-tuple", Plan(C, (("full", 11, 14),)), {}, "plan.moves[0] is ('full', 11, 14) (tuple)"),  # type: ignore
+    ("move-none", Plan(C, (Move("full", 11, 14), None)), {}, "plan.moves[1] is None"),  # type: ignore[arg-type]
+    ("move-cls-int", Plan(C, (Move(2, 11, 14),)), {}, "plan.moves[0].cls is 2 (int)"),  # type: ignore[arg-type]
+    ("move-src-float", Plan(C, (Move("full", 11.0, 14),)), {}, "plan.moves[0] is Move("),  # type: ignore[arg-type]
+    ("move-dst-bool", Plan(C, (Move("full", 11, True),)), {}, "plan.moves[0] is Move("),
+    ("move-dst-str", Plan(C, (Move("full", 11, "14"),)), {}, "plan.moves[0] is Move("),  # type: ignore[arg-type]
+    ("spans-none", Plan(X, spans=None), {}, "plan.spans is None"),  # type: ignore[arg-type]
+    ("span-float", Plan(X, spans={"window": (1.5, 3)}), {}, "plan.spans['window'] is (1.5, 3)"),  # type: ignore
+    ("span-float-end", Plan(X, spans={"window": (2, 5.0)}), {}, "plan.spans['window']"),  # type: ignore[dict-item]
+    ("span-triple", Plan(X, spans={"window": (2, 3, 5)}), {}, "plan.spans['window']"),  # type: ignore[dict-item]
+    ("span-int", Plan(X, spans={"window": 2}), {}, "plan.spans['window'] is 2"),  # type: ignore[dict-item]
+    ("span-class-int", Plan(X, spans={1: (2, 5)}), {}, "plan.spans[1]"),  # type: ignore[dict-item]
+    ("placements-none", Plan(R, placements=None), {"full": 1}, "plan.placements is None"),  # type: ignore
+    ("placements-list", Plan(R, placements=[("full", (14,))]), {"full": 1}, "plan.placements is ["),  # type: ignore
+    ("placements-int", Plan(R, placements={"full": 14}), {"full": 1}, "plan.placements['full'] is 14"),  # type: ignore
+    ("placements-str", Plan(R, placements={"full": "14"}), {"full": 1}, "plan.placements['full'] is '14'"),  # type: ignore
+    ("placements-set", Plan(R, placements={"full": {14}}), {"full": 1}, "plan.placements['full'] is {14}"),  # type: ignore
+    ("placements-class-int", Plan(R, placements={2: (14,)}), {"full": 1}, "plan.placements[2]"),  # type: ignore
+    ("slot-str", Plan(R, placements={"full": ("14",)}), {"full": 1}, "a slot of plan.placements['full'] is '14'"),  # type: ignore
+    ("slot-float", Plan(R, placements={"full": (14.0,)}), {"full": 1}, "placements['full'] is 14.0 (float)"),  # type: ignore
+    ("slot-bool", Plan(R, placements={"full": (True,)}), {"full": 1}, "placements['full'] is True (bool)"),  # type: ignore
+    ("slot-none", Plan(R, placements={"full": (14, None)}), {"full": 2}, "placements['full'] is None"),  # type: ignore
+    ("bytes-moved-none", Plan(R, placements={"full": (14,)}, bytes_moved=None), {"full": 1},  # type: ignore
+     "plan.bytes_moved is None"),
+    ("bytes-moved-float", Plan(C, (Move("full", 11, 14),), bytes_moved={2: 1.5}), {}, "plan.bytes_moved is {2: 1.5}"),  # type: ignore
+    # malformed and breaking a later rule too (PLAN-SPAN, PLAN-MOVE-WRITER, PLAN-RUNG): the shape is named first
+    ("first-span", Plan(X, spans={"window": (3.5, 5)}), {}, "plan.spans['window']"),  # type: ignore[dict-item]
+    ("first-writer", Plan(C, (Move("full", 12, 14.0),)), {}, "plan.moves[0]"),  # type: ignore[arg-type]
+    ("first-rung", Plan(1, (Move("full", 11, 14),)), {}, "plan.rung is 1"),  # type: ignore[arg-type]
+]
+
+
+def refused_shape(plan: object, demand: dict[str, int], field: str) -> None:
+    a = world()
+    refused(a, plan, demand, "PLAN-SHAPE", re.escape(field) + r".*; make it ")  # type: ignore[arg-type]
+    check_all(a)
+
+
+@pytest.mark.parametrize("plan, demand, field", [s[1:] for s in SHAPES], ids=[s[0] for s in SHAPES])
+def test_malformed_shape_is_refused_first(plan: object, demand: dict[str, int], field: str) -> None:
+    refused_shape(plan, demand, field)
+
+
+def test_shapes_next_to_the_malformed_ones_are_accepted(a: Arena) -> None:
+    """Lists where tuples are expected, and NONE with empty entries, are well formed: the stage is not too strong."""
+    accepted(a, Plan(C, [Move("full", 11, 14)]), {})  # type: ignore[arg-type]
+    accepted(a, Plan(R, placements={"full": [14]}), {"full": 1})  # type: ignore[dict-item]
+    accepted(a, Plan(X, spans={"window": [2, 5]}), {})  # type: ignore[dict-item]
+    accepted(a, Plan(N, placements={"full": ()}), {})
+    accepted(a, Plan(C, (Move("full", 11, 14),), bytes_moved={2: 256}), {})
+
+
+def test_none_places_nothing(a: Arena) -> None:
+    """The rung table: NONE places nothing (nor moves, nor retargets: test_rung). Its pages would count as rung 0."""
+    refused(a, Plan(N, placements={"full": (14,)}), {"full": 1}, "PLAN-RUNG", "rung NONE places 1 pages")
+    refused(a, Plan(N, placements={"full": (), "window": (1,)}), {"window": 1}, "PLAN-RUNG", "NONE places nothing")
+
+
+# The same malformed plans from a policy, through the arena (the issue's reproducers), and policies that crash.
+def _issue_arena(policy: Ladder | None = None) -> Arena:
+    a = Arena(ArenaConfig(preset("toy-tri"), 4096, page_size=4, max_context_len=8))
+    a.admit("o", {"full": 2, "state": 1})  # a state to keep bit-identical; the window float stays empty
+    if policy is not None:
+        a.policy = policy
+    return a
+
+
+def _raise(exc: Exception) -> Plan:
+    raise exc
+
+
+# (id, the policy's plan from the ladder's plan ``p`` for {"full": 1}, the rule, the text the message names)
+ADMIT_SHAPES: list[tuple[str, Callable[[Plan], object], str, str]] = [
+    ("rung-7", lambda p: Plan(7, (), p.placements), "PLAN-SHAPE", "plan.rung is 7"),  # type: ignore[arg-type]
+    ("rung-str", lambda p: Plan("1", (), p.placements), "PLAN-SHAPE", "plan.rung is '1'"),  # type: ignore
+    ("rung-int", lambda p: Plan(1, (), p.placements), "PLAN-SHAPE", "plan.rung is 1 (int)"),  # type: ignore
+    ("rung-bool", lambda p: Plan(True, (), p.placements), "PLAN-SHAPE", "plan.rung is True"),  # type: ignore
+    ("none-places", lambda p: Plan(N, (), p.placements), "PLAN-RUNG", "rung NONE places"),
+    ("span-float", lambda p: Plan(X, (), p.placements, spans={"window": (1.5, 3)}), "PLAN-SHAPE",  # type: ignore
+     "plan.spans['window'] is (1.5, 3)"),
+    ("plan-none", lambda p: None, "PLAN-SHAPE", "the plan is None"),
+    ("plan-dict", lambda p: {"rung": 1, "placements": p.placements}, "PLAN-SHAPE", "the plan is {"),
+    ("slots-str", lambda p: Plan(p.rung, (), {c: tuple(map(str, s)) for c, s in p.placements.items()}), "PLAN-SHAPE",
+     "a slot of plan.placements['full'] is '13'"),  # type: ignore[misc]
+    ("move-tuple", lambda p: Plan(C, (("full", 14, 13),), p.placements), "PLAN-SHAPE", "plan.moves[0] is ("),  # type: ignore
+    ("moves-none", lambda p: Plan(C, None, p.placements), "PLAN-SHAPE", "plan.moves is None"),  # type: ignore
+    ("raises-key", lambda p: _raise(KeyError("no such band")), "PLAN-SHAPE", "the policy raised KeyError"),
+    ("raises-type", lambda p: _raise(TypeError("bad")), "PLAN-SHAPE", "the policy raised TypeError: bad in plan()"),
+]
+
+
+class _ShapePolicy(Ladder):
+    """A policy whose admission plan (``hook="plan"``) or free-time plan (``"after_free"``) is case ``case`` of
+    ADMIT_SHAPES / FREE_SHAPES applied to the ladder's plan (for a free: of one full page). Named by its case, not
+    holding the lambda, so the arena stays picklable (the bit-identity check)."""
+
+    name = "shape"
+
+    def __init__(self, hook: str, case: str) -> None:
+        self.hook, self.case = hook, case
+
+    def _make(self, p: Plan) -> Plan:
+        table = ADMIT_SHAPES if self.hook == "plan" else FREE_SHAPES
+        return next(make for i, make, _, _ in table if i == self.case)(p)  # type: ignore[return-value]
+
+    def plan(self, arena: Arena, demand: dict[str, int]) -> Plan:
+        p = arena.ladder(demand)
+        return self._make(p) if self.hook == "plan" else p
+
+    def after_free(self, arena: Arena) -> Plan | None:
+        return self._make(arena.ladder({"full": 1})) if self.hook == "after_free" else None
+
+
+def _refused_by_arena(a: Arena, call: Callable[[], object], rule: str, field: str) -> PlanError:
+    before, snap = pickle.dumps(a), a.snapshot()
+    with pytest.raises(PlanError) as info:
+        call()
+    err = info.value
+    assert (err.rule, err.inv) == (rule, RULES[rule]) and field in str(err), err
+    assert a.snapshot() == snap and pickle.dumps(a) == before, "a refused plan changed the state"
+    check_all(a)
+    return err
+
+
+def admit_refused(case: str, rule: str, field: str) -> None:
+    a = _issue_arena(_ShapePolicy("plan", case))
+    err = _refused_by_arena(a, lambda: a.admit("r", {"full": 1}), rule, field)
+    if "policy raised" in field:  # the policy's own crash is the cause, and the message says where it raised
+        assert isinstance(err.__cause__, (KeyError, TypeError)) and "in _raise: raise exc" in str(err), err
+    a.policy = Ladder()
+    a.admit("r", {"full": 1})  # nothing was left behind: the same admission goes through
+    check_all(a)
+
+
+@pytest.mark.parametrize("case, rule, field", [(s[0], *s[2:]) for s in ADMIT_SHAPES], ids=[s[0] for s in ADMIT_SHAPES])
+def test_a_policys_malformed_plan_is_refused_untouched(case: str, rule: str, field: str) -> None:
+    admit_refused(case, rule, field)
+
+
+# (id, the free-time plan from the ladder's plan ``p`` of one full page, the rule, the text the message names)
+FREE_SHAPES: list[tuple[str, Callable[[Plan], object], str, str]] = [
+    ("raises-key", lambda p: _raise(KeyError("x")), "PLAN-SHAPE", "the policy raised KeyError: 'x' in after_free()"),
+    ("raises-type", lambda p: _raise(TypeError("t")), "PLAN-SHAPE", "the policy raised TypeError"),
+    ("returns-int", lambda p: 5, "PLAN-SHAPE", "the plan is 5 (int)"),
+    ("returns-dict", lambda p: {"moves": ()}, "PLAN-SHAPE", "the plan is {'moves': ()} (dict)"),
+    ("returns-str", lambda p: "compact", "PLAN-SHAPE", "the plan is 'compact' (str)"),
+    ("moves-none", lambda p: Plan(C, None), "PLAN-SHAPE", "plan.moves is None"),  # type: ignore[arg-type]
+    ("move-tuple", lambda p: Plan(C, (("full", 15, 14),)), "PLAN-SHAPE", "plan.moves[0] is ("),  # type: ignore
+    ("rung-7", lambda p: Plan(7), "PLAN-SHAPE", "plan.rung is 7"),  # type: ignore[arg-type]
+    ("span-float", lambda p: Plan(X, spans={"window": (1.5, 3)}), "PLAN-SHAPE", "plan.spans['window']"),  # type: ignore
+    ("none-places", lambda p: Plan(N, (), p.placements), "PLAN-RUNG", "rung NONE places"),
+]
+
+
+def free_refused(case: str, rule: str, field: str, op: str) -> None:
+    a = _issue_arena()
+    x = a.admit("x", {"full": 2, "window": 1}).pages
+    a.policy = _ShapePolicy("after_free", case)
+    call = {"drop": lambda: a.drop("x", [x["full"][0]]), "free": lambda: a.free("x"),
+            "slide": lambda: a.slide("x", "window", 1)}[op]
+    err = _refused_by_arena(a, call, rule, field)
+    if "policy raised" in field:
+        assert isinstance(err.__cause__, (KeyError, TypeError)), err
+    a.policy = Ladder()
+    call()  # the free itself was fine: with a hook that plans nothing it goes through
+    check_all(a)
+
+
+@pytest.mark.parametrize("op", ["drop", "slide", "free"])
+@pytest.mark.parametrize("case, rule, field", [(s[0], *s[2:]) for s in FREE_SHAPES], ids=[s[0] for s in FREE_SHAPES])
+def test_a_malformed_free_time_plan_undoes_the_free(case: str, rule: str, field: str, op: str) -> None:
+    free_refused(case, rule, field, op)
+
+
+def shape_checks() -> list[tuple[str, Callable[[], None]]]:
+    """Every PLAN-SHAPE case above as (id, check): tests/quality/test_mutants.py runs them on planted bugs."""
+    out: list[tuple[str, Callable[[], None]]] = []
+    out += [(f"validate-{i}", lambda p=p, d=d, f=f: refused_shape(p, d, f)) for i, p, d, f in SHAPES]
+    out += [(f"admit-{i}", lambda i=i, r=r, f=f: admit_refused(i, r, f)) for i, _, r, f in ADMIT_SHAPES]
+    out += [(f"free-{i}", lambda i=i, r=r, f=f: free_refused(i, r, f, "free")) for i, _, r, f in FREE_SHAPES]
+    return out

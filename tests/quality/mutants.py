@@ -17,6 +17,7 @@ from unittest import mock
 
 import kvarena.reference.arena as arena_mod
 import kvarena.reference.ladder as ladder_mod
+import kvarena.reference.validate as validate_mod
 
 
 @dataclass(frozen=True)
@@ -140,6 +141,24 @@ CONTENT_MUTANTS: tuple[Mutant, ...] = (
            "return self.content.get(page, {}).get((entry, row))",
            ("INV-CONTENT-FOLLOWS-VID",),
            "an unwritten row reads None (the pre-issue-12 contract for token pages) instead of the zeroed page's 0"),
+)
+
+
+# Bugs in the plan validator's PLAN-SHAPE stage: the policies the machine drives return well-formed plans, so only
+# the malformed plans of tests/fast/test_validate.py (``shape_checks``) reach it; tests/quality/test_mutants.py
+# runs those with the mutated validator in place of the real one.
+SHAPE_MUTANTS: tuple[Mutant, ...] = (
+    Mutant("shape-check-dropped", validate_mod,
+           "    _check_shape(plan)  # first: every rule below reads these fields",
+           "    pass",
+           ("INV-REFUSAL-IS-NOOP", "ERROR-CONTRACT"),
+           "a malformed plan reaches the rules and _apply: an untyped crash, or a rung 7 applied up to its stats "
+           "(a bound page no owner holds), or a rung \"1\" accepted"),
+    Mutant("rung-check-accepts-plain-ints", validate_mod,
+           "    if not isinstance(plan.rung, Rung):",
+           "    if not isinstance(plan.rung, int):",
+           ("INV-REFUSAL-IS-NOOP", "ERROR-CONTRACT"),
+           "Rung is an int Enum: a plain int (7, or 1 standing for REUSE) or a bool passes as a rung"),
 )
 
 

@@ -14,11 +14,20 @@ import pytest
 from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
+import kvarena.reference.arena as arena_mod
 from kvarena.conformance.machine.arena import machine_for
 from kvarena.reference import invariants
 from kvarena.reference.invariants import INVARIANTS
 from kvarena.spec.errors import PlanError
-from tests.quality.mutants import ACCOUNTING_MUTANTS, CONTENT_MUTANTS, MUTANTS, REFUSAL_MUTANTS, applied, mutate
+from tests.quality.mutants import (
+    ACCOUNTING_MUTANTS,
+    CONTENT_MUTANTS,
+    MUTANTS,
+    REFUSAL_MUTANTS,
+    SHAPE_MUTANTS,
+    applied,
+    mutate,
+)
 
 # Shrinking is for humans reading a report; a kill only needs the first failure.
 KILL_PHASES = [Phase.explicit, Phase.reuse, Phase.generate]
@@ -55,7 +64,7 @@ def test_machine_kills_mutant(mutant, validator: str) -> None:
 
 
 ALONE = REFUSAL_MUTANTS + ACCOUNTING_MUTANTS + CONTENT_MUTANTS
-EVERY = MUTANTS + ALONE
+EVERY = MUTANTS + ALONE + SHAPE_MUTANTS
 
 
 @pytest.mark.quality
@@ -69,6 +78,38 @@ def test_machine_kills_refusal_mutant(mutant) -> None:
         err = _run_killed(mutant, factory)
     assert isinstance(err, AssertionError), f"{mutant.name} crashed instead of failing a check: {err!r}"
     assert getattr(err, "inv", None) == mutant.violates[0], f"{mutant.name} was caught by {err!r}"
+
+
+# the cases of tests/fast/test_validate.py that each shape mutant must fail (more may fail too)
+SHAPE_KILLS = {
+    "shape-check-dropped": {"validate-plan-none", "validate-rung-str", "validate-span-float", "admit-rung-7",
+                            "admit-span-float", "admit-plan-dict", "free-returns-int", "free-move-tuple"},
+    "rung-check-accepts-plain-ints": {"validate-rung-int", "validate-rung-7", "validate-rung-bool", "admit-rung-7",
+                                      "admit-rung-int", "free-rung-7"},
+}
+
+
+@pytest.mark.quality
+@pytest.mark.parametrize("mutant", SHAPE_MUTANTS, ids=[m.name for m in SHAPE_MUTANTS])
+def test_shape_tests_kill_mutant(mutant) -> None:
+    """The PLAN-SHAPE cases (tests/fast/test_validate.py ``shape_checks``), run with the mutated validator in place
+    of the real one, in the validator calls and in the arena's: the cases named in SHAPE_KILLS fail. The cases a
+    mutant leaves alone pass, so a failure is the mutant's, not a broken case."""
+    import tests.fast.test_validate as tv
+
+    mod = mutate(mutant)
+    failed = set()
+    with mock.patch.object(tv, "validate_plan", mod.validate_plan), \
+            mock.patch.object(arena_mod, "validate_plan", mod.validate_plan):
+        for name, check in tv.shape_checks():
+            try:
+                check()
+            except (Exception, pytest.fail.Exception):  # a failed assertion, pytest.raises or a crash
+                failed.add(name)
+    missed = SHAPE_KILLS[mutant.name] - failed
+    assert not missed, f"{mutant.name} survives {sorted(missed)} (failed: {sorted(failed)})"
+    if mutant.name == "rung-check-accepts-plain-ints":  # the rest of the stage still works
+        assert {"validate-rung-str", "validate-plan-none", "admit-span-float"}.isdisjoint(failed), sorted(failed)
 
 
 def test_mutants_cover_required_bugs() -> None:
