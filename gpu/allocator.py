@@ -32,7 +32,7 @@ from kvarena.gpu.moves import MoveOps
 from kvarena.gpu.moveseq import MoveSeq
 from kvarena.gpu.pagetable import PageTables
 from kvarena.gpu.planner import Band, Ladder, Ledger, Role, View, cdiv, float_hints, place
-from kvarena.gpu.results import Admission, BatchResult, Hold, User
+from kvarena.gpu.results import BatchResult
 from kvarena.gpu.staging import Staging
 from kvarena.gpu.tables import Tables
 from kvarena.spec.errors import (
@@ -52,7 +52,7 @@ from kvarena.spec.errors import (
 )
 from kvarena.spec.layout import Kind
 from kvarena.spec.models import ArenaConfig, chain, worst_case_demand
-from kvarena.spec.types import Mode, Observation, Plan, Rung, UserKind
+from kvarena.spec.types import Admission, Hold, Mode, Observation, Plan, Rung, User, UserKind
 
 _NONE = np.zeros(0, dtype=np.int64)
 
@@ -497,7 +497,10 @@ class GpuArena(BatchOps, MoveOps):
 
     def release(self, user: str) -> None:
         """``user`` finished: withheld slots it was the last to hold become holes. An event user may be released
-        by hand too (before its event is polled); then the others whose events completed."""
+        by hand too (before its event is polled); then the others whose events completed. An unknown user is refused
+        after the poll, as every refused call is (spec/arena.md §Ledger, Event users)."""
+        if user not in self.users:
+            self.poll()
         self._release(user)
         self.poll()
 

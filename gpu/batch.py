@@ -103,10 +103,10 @@ class BatchOps:
                      below: Mapping[str, int] | None = None) -> BatchResult:
         """``extend(owners[k], demands[k], below)`` for every k, in order; one result per owner. ``owners``: names,
         or the int rows ``admit_batch`` returned (``result.rows``: an engine's request handles, no name lookup).
-        ``below``: one placement limit for every lane (a malformed one refuses the whole call, nothing changed)."""
-        lim = self._below(below) if below is not None else None
+        ``below``: one placement limit for every lane (a malformed one refuses the whole call after its poll)."""
         if self.users:  # nothing to release without a ledger user (the decode step's common case)
-            self.poll()
+            self.poll()  # first: a refused call changes nothing beyond its poll (spec §Ledger, Event users)
+        lim = self._below(below) if below is not None else None
         lean = self._extend_lean(owners, demands, lim)
         if lean is not None:
             return lean
@@ -129,8 +129,8 @@ class BatchOps:
                     ) -> BatchResult:
         """``admit(owners[k], demands[k], below=below)`` (no shared pages) for every k, in order; one result per
         owner. ``below``: one placement limit for every lane (a malformed one refuses the whole call)."""
+        self.poll()  # first: a refused call changes nothing beyond its poll (spec §Ledger, Event users)
         lim = self._below(below) if below is not None else None
-        self.poll()
         n = len(owners)
         if len(set(owners)) != n:  # a name twice: whether the second is a duplicate depends on the first
             return self._sequential_admits(owners, demands, below)

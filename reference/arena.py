@@ -21,7 +21,7 @@ from itertools import islice
 
 from sortedcontainers import SortedList
 
-from kvarena.reference.bands import Band, BandView, Role
+from kvarena.reference.bands import Band, BandView
 from kvarena.reference.ladder import (
     EndPack,
     Placement,
@@ -53,37 +53,9 @@ from kvarena.spec.errors import (
 from kvarena.spec.layout import Kind, entries_per_page, entry_layout
 from kvarena.spec.models import ArenaConfig, chain, worst_case_demand
 from kvarena.spec.sizing import least, size_ends
-from kvarena.spec.types import Mode, Move, Plan, Rung, UserKind
+from kvarena.spec.types import Admission, Hold, Mode, Move, Plan, Role, Rung, User, UserKind
 
 PhysPage = tuple[str, int]  # (class name, slot on the class's page grid)
-
-
-@dataclass(frozen=True)
-class Hold:
-    """One page a ledger user holds: where it was when acquired, and which allocation it was."""
-
-    cls: str
-    slot: int
-    vid: int
-    gen: int
-
-
-@dataclass
-class User:
-    kind: UserKind
-    holds: tuple[Hold, ...]
-
-    @property
-    def mode(self) -> Mode:
-        return self.kind.mode
-
-
-@dataclass(frozen=True)
-class Admission:
-    """What admit / extend returns: the new virtual pages per class and the plan that placed them."""
-
-    pages: dict[str, tuple[int, ...]]
-    plan: Plan
 
 
 @dataclass
