@@ -31,7 +31,7 @@ from kvarena.gpu.kernels.zero import zero_slots
 from kvarena.gpu.moves import MoveOps
 from kvarena.gpu.moveseq import MoveSeq
 from kvarena.gpu.pagetable import PageTables
-from kvarena.gpu.planner import Band, Ladder, Ledger, Role, View, cdiv, float_hints, place
+from kvarena.gpu.planner import Band, Ladder, Ledger, Role, View, float_hints, place
 from kvarena.gpu.results import BatchResult
 from kvarena.gpu.staging import Staging
 from kvarena.gpu.tables import Tables
@@ -45,8 +45,16 @@ from kvarena.spec.errors import (
     ReleaseWithoutAcquireError,
     UnknownOwnerError,
     UnknownPageError,
+)
+from kvarena.spec.guards import (
+    ceil_div,
     check_below,
+    check_class,
+    check_hashable_id,
     check_ids,
+    check_out_width,
+    check_tag,
+    check_tokens,
     is_int,
     state_slots_error,
 )
@@ -192,6 +200,7 @@ class GpuArena(BatchOps, MoveOps):
         return self.ladder.admission(d, self._below(below))
 
     def _row(self, owner: str) -> int:
+        check_hashable_id(owner, "owner")
         row = self.owners.rows.get(owner)
         if row is None:
             raise UnknownOwnerError(f"owner {owner!r} holds no pages; admit it first")
@@ -205,6 +214,7 @@ class GpuArena(BatchOps, MoveOps):
         """A new owner with new pages per ``demand`` plus existing ``shared`` pages (a prefix-cache hit).
         ``below``: class -> byte offset, the placement limit: rung 1 takes that end band's holes on the anchor
         side of the byte first, nearest it first (spec/arena.md §Placement limit)."""
+        check_hashable_id(owner, "owner")
         self.poll()
         if owner in self.owners:
             raise DuplicateOwnerError(f"owner {owner!r} is already admitted; use extend() to grow it, or free() "
@@ -372,6 +382,7 @@ class GpuArena(BatchOps, MoveOps):
 
     def share(self, owner: str, vids: Sequence[int]) -> None:
         """``owner`` (e.g. the prefix cache) also holds ``vids``; creates the owner if new."""
+        check_hashable_id(owner, "owner")
         self.poll()
         vids = self._bound(vids, f"share({owner!r})")
         self._not_state(vids, f"share({owner!r})")
@@ -380,7 +391,8 @@ class GpuArena(BatchOps, MoveOps):
             mine = set(self.owners.vid[self.owners.entries(row)].tolist())
             dup = [v for v in vids if v in mine]
             if dup:
-                raise InvalidArgumentError(f"share({owner!r}): already holds {dup}; an owner holds a page once")
+                raise InvalidArgumentError(f"share({owner!r}): already holds {dup}; an owner holds a page once, so "
+                                           "drop it first or pass only pages it does not hold")
         else:
             row = self.owners.add(owner)
         self._hold(row, np.array(vids, dtype=np.int64))
@@ -470,6 +482,7 @@ class GpuArena(BatchOps, MoveOps):
         With ``event`` (a ``torch.cuda.Event`` recorded behind the user's work, or anything with ``query()``),
         the user is released by the allocator itself at the first call after ``event.query()`` is true:
         polled, never waited on (overlap scheduling)."""
+        check_hashable_id(user, "ledger user")
         self.poll()
         if user in self.users:
             raise DuplicateUserError(f"ledger user {user!r} is live; release it first or pick a fresh id")
@@ -499,6 +512,7 @@ class GpuArena(BatchOps, MoveOps):
         """``user`` finished: withheld slots it was the last to hold become holes. An event user may be released
         by hand too (before its event is polled); then the others whose events completed. An unknown user is refused
         after the poll, as every refused call is (spec/arena.md §Ledger, Event users)."""
+        check_hashable_id(user, "ledger user")
         if user not in self.users:
             self.poll()
         self._release(user)
@@ -540,10 +554,7 @@ class GpuArena(BatchOps, MoveOps):
     def write(self, vid: int, entry: int, row: int, tag: int) -> None:
         """Write ``tag``'s bytes into one row of one entry of page ``vid``, through the row's typed view."""
         cls, slot = self._page_row(vid, entry, row)
-        if not is_int(tag):
-            raise InvalidArgumentError(f"write: tag must be an int (a content fingerprint), got {tag!r}")
-        if not -(1 << 63) <= tag < 1 << 63:  # the row holds the tag's bytes: 64 of them
-            raise InvalidArgumentError(f"write: tag {tag} is outside the int64 range this implementation stores")
+        check_tag(tag)  # the row holds the tag's 8 bytes: [-2**63, 2**63), the spec's range for every implementation
         self.mem.write_tag(cls, slot, self._tag_vid(vid), entry, row, tag)
 
     def read(self, vid: int, entry: int, row: int) -> int:
@@ -563,15 +574,14 @@ class GpuArena(BatchOps, MoveOps):
         self._ids([vid], "translate")
         loc = self._loc(vid)
         if loc is None:
-            raise UnknownPageError(f"translate: virtual page {vid} is not bound")
+            raise UnknownPageError(f"translate: virtual page {vid} is not bound; translate only pages returned by "
+                                   "admit/extend and still owned")
         return loc
 
     def translate_token(self, cls: str, vtoken: int) -> int:
         """Physical entry index (on ``cls``'s grid) of virtual token ``vtoken``, by the translation kernel (reads
         the result back: a query, not the hot path; that is ``translate_tokens(out=)``)."""
-        if cls not in self.bands:
-            raise InvalidArgumentError(f"unknown class {cls!r}; use one of {self.order}")
-        epp = self.mem.epp[cls]
+        epp = self.mem.epp[check_class(cls, self.order, "translate_token")]
         if not is_int(vtoken) or vtoken < 0:
             raise InvalidArgumentError(f"translate_token: virtual token {vtoken!r} must be an int >= 0 "
                                        "(vpage * entries_per_page + i)")
@@ -589,8 +599,22 @@ class GpuArena(BatchOps, MoveOps):
     def translate_tokens(self, cls: str, vtokens: torch.Tensor, out: torch.Tensor | None = None,
                          out_width: int | None = None) -> torch.Tensor:
         """Batched: physical entry indices of ``vtokens`` on ``cls``'s grid, ``pad_entry(cls)`` where unmapped (an
-        unbound, negative or out-of-range id, another class's page: spec/arena.md §Padding lanes; no checks, no
-        read). With ``out_width`` (a graph's fixed width), lanes past the ids hold ``pad_entry(cls)``."""
+        unbound, negative or out-of-range id, another class's page: spec/arena.md §Padding lanes; no per-id check,
+        no read). With ``out_width`` (a graph's fixed width), lanes past the ids hold ``pad_entry(cls)``.
+
+        The hot path: the guards read host ints only (the class name, the tensor's dtype, shape and numel), never
+        device memory, so a malformed call is refused without a sync."""
+        check_class(cls, self.order, "translate_tokens")
+        if not isinstance(vtokens, torch.Tensor) or vtokens.dim() != 1 or vtokens.dtype not in (torch.int32,
+                                                                                               torch.int64):
+            raise InvalidArgumentError(f"translate_tokens: virtual tokens must be a 1-D int32 or int64 tensor, got "
+                                       f"{getattr(vtokens, 'dtype', type(vtokens).__name__)} "
+                                       f"{tuple(getattr(vtokens, 'shape', ()))}; pass the ids as such a tensor")
+        width = check_out_width(out_width, vtokens.numel())
+        if out is not None and not (isinstance(out, torch.Tensor) and out.dim() == 1 and out.dtype == torch.int64
+                                    and out.numel() >= width):
+            raise InvalidArgumentError(f"translate_tokens: out must be a 1-D int64 tensor of at least {width} lanes; "
+                                       "pass a buffer as wide as the step (or none)")
         return translate_tokens(vtokens, self.tables.row(cls), self.mem.epp[cls], out=out, out_width=out_width,
                                 pad=self.mem.pad_entry(cls))
 
@@ -610,15 +634,13 @@ class GpuArena(BatchOps, MoveOps):
 
     def pad_entry(self, cls: str) -> int:
         """Where a padding lane points: an entry past the arena's last byte that no page covers."""
-        return self.mem.pad_entry(cls)
+        return self.mem.pad_entry(check_class(cls, self.order, "pad_entry"))
 
     def held(self, owner: str) -> dict[str, tuple[int, ...]]:
         return self.owners.held(self._row(owner), self.order)
 
     def page_offset(self, cls: str, slot: int) -> int:
-        if cls not in self.bands:
-            raise InvalidArgumentError(f"unknown class {cls!r}; use one of {self.order}")
-        band = self.bands[cls]
+        band = self.bands[check_class(cls, self.order, "page_offset")]
         if not is_int(slot) or not 0 <= slot < band.top:
             raise InvalidArgumentError(f"page_offset: slot {slot!r} is off the {cls!r} grid; pass a slot in "
                                        f"[0, {band.top})")
@@ -631,7 +653,9 @@ class GpuArena(BatchOps, MoveOps):
         return self.capacity - self.used_bytes()
 
     def ceil_pages(self, cls: str, tokens: int) -> int:
-        return cdiv(tokens, self.mem.epp[cls])
+        """Pages of class ``cls`` that ``tokens`` tokens fill; the reference's guards (a numpy int is a count too)."""
+        epp = self.mem.epp[check_class(cls, self.order, "ceil_pages")]
+        return ceil_div(check_tokens(tokens, "ceil_pages", _is_id), epp)
 
     def observe(self) -> Observation:
         """Placement-level state: v->p read back from the device tables (checked against p->v), the bands'
@@ -654,6 +678,7 @@ class GpuArena(BatchOps, MoveOps):
         from kvarena.gpu.kernels.copy import copy_pages
         from kvarena.spec.layout import Kind
 
+        check_hashable_id(owner, "owner")
         self.poll()
         if not is_int(src):
             raise InvalidArgumentError(f"copy_state({owner!r}): virtual page ids must be ints, got {src!r} "

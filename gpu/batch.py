@@ -38,8 +38,8 @@ from kvarena.spec.errors import (
     DuplicateOwnerError,
     InvalidArgumentError,
     UnknownOwnerError,
-    state_slots_error,
 )
+from kvarena.spec.guards import state_slots_error
 
 _EMPTY = np.zeros(0, dtype=np.int64)
 _I64 = np.dtype(np.int64)
@@ -132,7 +132,11 @@ class BatchOps:
         self.poll()  # first: a refused call changes nothing beyond its poll (spec §Ledger, Event users)
         lim = self._below(below) if below is not None else None
         n = len(owners)
-        if len(set(owners)) != n:  # a name twice: whether the second is a duplicate depends on the first
+        try:
+            distinct = len(set(owners)) == n
+        except TypeError:  # an unhashable name: admit refuses that lane (InvalidArgument), lane by lane
+            distinct = False
+        if not distinct:  # a name twice: whether the second is a duplicate depends on the first
             return self._sequential_admits(owners, demands, below)
         errors: dict[int, ArenaError] = {}
         for r, o in enumerate(owners):

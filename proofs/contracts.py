@@ -5,7 +5,8 @@ The contracts live in the helpers' docstrings (``pre:`` / ``post:``), next to th
 - ``spec/layout.py`` ``align_up``: alignment, the smallest multiple of ``alignment`` >= ``value``;
 - ``spec/layout.py`` ``pack_rows``: packing and the entry size formula: rows 16 B aligned, in order, disjoint; the
   entry 32 B aligned with at most 16 B of padding;
-- ``reference/ladder.py`` ``ceil_div``, ``clamp``: the ladder's rounding and clamping;
+- ``spec/guards.py`` ``ceil_div`` (the one ceil division the reference and gpu/ share), ``reference/ladder.py``
+  ``clamp``: the ladder's rounding and clamping;
 - ``reference/ladder.py`` ``float_span``: rung 3's extent arithmetic: the span lies in its byte window, holds
   ``need`` slots and covers the immovable ones;
 - ``reference/ladder.py`` ``float_target``: the default rung 3's span: the same, and it keeps every slot of the band
@@ -33,7 +34,7 @@ from pathlib import Path
 TARGETS = (  # the helpers CrossHair checks (module.function)
     "kvarena.spec.layout.align_up",
     "kvarena.spec.layout.pack_rows",
-    "kvarena.reference.ladder.ceil_div",
+    "kvarena.spec.guards.ceil_div",
     "kvarena.reference.ladder.clamp",
     "kvarena.reference.ladder.float_span",
     "kvarena.reference.ladder.float_target",

@@ -25,7 +25,6 @@ from kvarena.reference.bands import Band, BandView
 from kvarena.reference.ladder import (
     EndPack,
     Placement,
-    ceil_div,
     place,
     plan_compaction,
     plan_float_fewest,
@@ -44,10 +43,18 @@ from kvarena.spec.errors import (
     ReleaseWithoutAcquireError,
     UnknownOwnerError,
     UnknownPageError,
+)
+from kvarena.spec.guards import (
+    ceil_div,
     check_below,
+    check_class,
+    check_hashable_id,
     check_ids,
     check_not_state,
+    check_out_width,
     check_state_slots,
+    check_tag,
+    check_tokens,
     is_int,
 )
 from kvarena.spec.layout import Kind, entries_per_page, entry_layout
@@ -171,6 +178,7 @@ class Arena:
         check_state_slots(owner, held, demand, self._is_state, self.config.recurrent_slots)
 
     def _owner(self, owner: str) -> dict[str, dict[int, None]]:
+        check_hashable_id(owner, "owner")
         try:
             return self.owners[owner]
         except KeyError:
@@ -184,6 +192,7 @@ class Arena:
               below: Mapping[str, int] | None = None) -> Admission:
         """Register ``owner`` with new pages per ``demand`` plus existing ``shared`` pages (prefix hit); ``below``:
         the engine's placement limit per end-band class, in bytes (§Placement limit)."""
+        check_hashable_id(owner, "owner")
         if owner in self.owners:
             raise DuplicateOwnerError(f"owner {owner!r} is already admitted; use extend() to grow it, or "
                                       "free() it first")
@@ -498,6 +507,7 @@ class Arena:
 
     def share(self, owner: str, vids: Sequence[int]) -> None:
         """``owner`` (e.g. the prefix cache) also holds ``vids``; creates the owner if new."""
+        check_hashable_id(owner, "owner")
         vids = self._check_vids(vids, f"share({owner!r})")
         self._check_not_state(vids, f"share({owner!r})")
         held = self.owners.get(owner)
@@ -516,6 +526,7 @@ class Arena:
     def copy_state(self, owner: str, src: int) -> int:
         """``owner`` (created if new) gets a new recurrent page holding a copy of every row of page ``src``
         (prefix caching of recurrent state: SGLang's mamba-pool fork). Placed like ``extend(owner, {cls: 1})``."""
+        check_hashable_id(owner, "owner")
         (src,) = self._check_vids([src], f"copy_state({owner!r})")
         cls = self.v2p[src][0]
         if not self._is_state(cls):
@@ -637,6 +648,7 @@ class Arena:
 
     def acquire(self, user: str, kind: UserKind, vids: Sequence[int]) -> None:
         """``user`` (a forward pass, host copy or transfer) holds the physical pages of ``vids``."""
+        check_hashable_id(user, "ledger user")
         if user in self.users:
             raise DuplicateUserError(f"ledger user {user!r} is live; release it first or pick a fresh id")
         if not isinstance(kind, UserKind):
@@ -653,6 +665,7 @@ class Arena:
 
     def release(self, user: str) -> None:
         """``user`` finished: its pages may move again; withheld ones it was last to hold become holes."""
+        check_hashable_id(user, "ledger user")
         u = self.users.pop(user, None)
         if u is None:
             raise ReleaseWithoutAcquireError(f"release({user!r}): no such live ledger user (never acquired, "
@@ -691,8 +704,7 @@ class Arena:
 
     def write(self, vid: int, entry: int, row: int, tag: int) -> None:
         page = self._row_check(vid, entry, row)
-        if not is_int(tag):
-            raise InvalidArgumentError(f"write: tag must be an int (a content fingerprint), got {tag!r}")
+        check_tag(tag)  # [-2**63, 2**63): what a row's 8 bytes hold, so every implementation stores the same tags
         self.content.setdefault(page, {})[(entry, row)] = tag
 
     def read(self, vid: int, entry: int, row: int) -> int:
@@ -768,14 +780,12 @@ class Arena:
                                    "by admit/extend and still owned")
         return self.v2p[vid]
 
-    def _cls(self, cls: str) -> str:
-        if cls not in self.bands:
-            raise InvalidArgumentError(f"unknown class {cls!r}; use one of {self.order}")
-        return cls
+    def _cls(self, cls: str, what: str) -> str:
+        return check_class(cls, self.order, what)
 
     def page_offset(self, cls: str, slot: int) -> int:
         """Byte offset of a physical page in the arena."""
-        band = self.bands[self._cls(cls)]
+        band = self.bands[self._cls(cls, "page_offset")]
         if not is_int(slot) or not 0 <= slot < band.top:
             raise InvalidArgumentError(f"page_offset: slot {slot!r} is off the {cls!r} grid; pass a slot in "
                                        f"[0, {band.top})")
@@ -783,7 +793,7 @@ class Arena:
 
     def translate_token(self, cls: str, vtoken: int) -> int:
         """Physical entry index (class-local) of virtual token ``vtoken`` = vpage * page_size + i."""
-        n = entries_per_page(self.classes[self._cls(cls)], self.config.page_size)
+        n = entries_per_page(self.classes[self._cls(cls, "translate_token")], self.config.page_size)
         if not is_int(vtoken) or vtoken < 0:
             raise InvalidArgumentError(f"translate_token: virtual token {vtoken!r} must be an int >= 0 "
                                        "(vpage * entries_per_page + i)")
@@ -797,20 +807,17 @@ class Arena:
     def pad_entry(self, cls: str) -> int:
         """The padding entry of ``cls`` (spec §Padding lanes): the first entry of its grid that starts at or past
         byte ``capacity``. No page of any class reaches that byte, so a write there touches no page."""
-        return ceil_div(self.capacity, self.layouts[self._cls(cls)].entry_bytes)
+        return ceil_div(self.capacity, self.layouts[self._cls(cls, "pad_entry")].entry_bytes)
 
     def translate_tokens(self, cls: str, vtokens: Sequence[int], out_width: int | None = None) -> list[int]:
         """``translate_token`` of every id bound as a ``cls`` page; ``pad_entry(cls)`` for every other lane: an id
         this arena does not bind as a ``cls`` page (a foreign id: unbound, negative, another class's page) and the
         lanes ``[len(vtokens), out_width)`` of a fixed-width (CUDA-graph) step. Read-only."""
-        pad = self.pad_entry(cls)
+        pad = self.pad_entry(self._cls(cls, "translate_tokens"))
         vtokens = list(vtokens)
         if not all(is_int(t) for t in vtokens):
             raise InvalidArgumentError(f"translate_tokens: virtual tokens must be ints, got {vtokens!r}")
-        width = len(vtokens) if out_width is None else out_width
-        if not is_int(width) or width < len(vtokens):
-            raise InvalidArgumentError(f"translate_tokens: out_width {out_width!r} must be an int >= the "
-                                       f"{len(vtokens)} ids")
+        width = check_out_width(out_width, len(vtokens))
         n = entries_per_page(self.classes[cls], self.config.page_size)
         out = []
         for t in vtokens:
@@ -850,7 +857,5 @@ class Arena:
 
     def ceil_pages(self, cls: str, tokens: int) -> int:
         """Pages of class ``cls`` that ``tokens`` tokens fill."""
-        n = entries_per_page(self.classes[self._cls(cls)], self.config.page_size)
-        if not is_int(tokens) or tokens < 0:
-            raise InvalidArgumentError(f"ceil_pages: tokens {tokens!r} must be an int >= 0 (a token count)")
-        return ceil_div(tokens, n)
+        n = entries_per_page(self.classes[self._cls(cls, "ceil_pages")], self.config.page_size)
+        return ceil_div(check_tokens(tokens, "ceil_pages"), n)

@@ -12,14 +12,7 @@ from dataclasses import dataclass, field
 from itertools import chain, islice
 
 from kvarena.reference.bands import Band, BandView, Role, explicit_view, merge_anchor_order
-
-
-def ceil_div(a: int, b: int) -> int:
-    """pre: b > 0
-    post: __return__ * b >= a
-    post: (__return__ - 1) * b < a
-    """
-    return -(-a // b)
+from kvarena.spec.guards import ceil_div  # the one ceil division (reference, gpu/ and spec share it)
 
 
 def clamp(value: int, lo: int, hi: int) -> int:

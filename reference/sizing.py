@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from kvarena.reference.ladder import ceil_div
+from kvarena.spec.guards import ceil_div
 from kvarena.spec.layout import Kind, entry_layout
 from kvarena.spec.models import ArenaConfig, chain
 

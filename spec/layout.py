@@ -66,6 +66,11 @@ class StateClass:
     window: int = 0  # tokens; WINDOW classes only
 
     def __post_init__(self) -> None:
+        # Kind is a str enum, so a plain "full" compares equal to Kind.FULL yet fails every `is` test below and in
+        # the chain: refuse it here, before it ends in a bare StopIteration deep in the sizing.
+        if not isinstance(self.kind, Kind):
+            raise ConfigError(f"state class {self.name!r}: kind {self.kind!r} must be a Kind; pass Kind.FULL, "
+                              "Kind.WINDOW or Kind.RECURRENT, not a string")
         if not self.rows:
             raise ConfigError(f"state class {self.name!r} has no rows; give it at least one layer row")
         if self.kind is Kind.WINDOW and self.window <= 0:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kvarena.spec.errors import ConfigError
+from kvarena.spec.guards import check_config_int, check_config_ratio, is_int
 from kvarena.spec.layout import Kind, Row, StateClass, entry_layout, page_bytes
 
 # ---------------------------------------------------------------------------------------------
@@ -124,8 +125,7 @@ def validate_model(model: ModelSpec) -> None:
     if sum(1 for c in model.classes if c.kind is Kind.RECURRENT) > 1:
         raise ConfigError(f"model {model.name} has more than one recurrent class; merge their rows into "
                           "one class (one slot holds every recurrent layer)")
-    if model.max_context_len <= 0:
-        raise ConfigError(f"model {model.name}: max_context_len must be > 0")
+    check_config_int(model.max_context_len, f"model {model.name}: max_context_len", 1, "an int > 0 (tokens)")
     mla = [c.name for c in model.classes if any(r.part == "latent" for r in c.rows)]
     windows = [c.name for c in model.classes if c.kind is Kind.WINDOW]
     if mla and windows:
@@ -178,16 +178,16 @@ class ArenaConfig:
 
     def validate(self) -> None:
         validate_model(self.model)
-        if self.page_size <= 0 or self.page_size & (self.page_size - 1):
-            raise ConfigError(f"page_size {self.page_size} must be a power of two > 0 (e.g. 16, 64)")
-        if self.capacity <= 0:
-            raise ConfigError(f"capacity {self.capacity} must be > 0 bytes")
-        if not 0 < self.swa_full_tokens_ratio <= 1:
-            raise ConfigError(f"swa_full_tokens_ratio {self.swa_full_tokens_ratio} must be in (0, 1]")
-        if not self.mamba_full_memory_ratio > 0:
-            raise ConfigError(f"mamba_full_memory_ratio {self.mamba_full_memory_ratio} must be > 0")
-        if self.context_len <= 0:
-            raise ConfigError("max_context_len must be > 0")
+        # Types first, in each field's own check: a float or a str would fail later as a bare TypeError (page_size
+        # & ...), a float capacity or context length is rounded nowhere, and a bool is never a size (True is 1).
+        if not is_int(self.page_size) or self.page_size <= 0 or self.page_size & (self.page_size - 1):
+            raise ConfigError(f"page_size {self.page_size!r} must be an int power of two > 0 (e.g. 16, 64)")
+        check_config_int(self.capacity, "capacity", 1, "an int > 0 (bytes of the arena)")
+        check_config_ratio(self.swa_full_tokens_ratio, "swa_full_tokens_ratio", 1, "a number in (0, 1] (e.g. 0.8)")
+        check_config_ratio(self.mamba_full_memory_ratio, "mamba_full_memory_ratio", None,
+                           "a finite number > 0 (e.g. 0.9)")
+        if self.max_context_len is not None:  # else the model's, checked by validate_model
+            check_config_int(self.max_context_len, "max_context_len", 1, "None (the model's) or an int > 0 (tokens)")
         if not isinstance(self.recurrent_slots, int) or isinstance(self.recurrent_slots, bool) \
                 or self.recurrent_slots < 1:
             raise ConfigError(f"recurrent_slots {self.recurrent_slots!r} must be an int >= 1 (recurrent pages one "

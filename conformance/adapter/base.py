@@ -38,11 +38,8 @@ from kvarena.spec.errors import (
     ReleaseWithoutAcquireError,
     UnknownOwnerError,
     UnknownPageError,
-    check_ids,
-    check_not_state,
-    check_state_slots,
-    is_int,
 )
+from kvarena.spec.guards import check_hashable_id, check_ids, check_not_state, check_state_slots, check_tag, is_int
 from kvarena.spec.layout import Kind, entries_per_page, entry_layout
 from kvarena.spec.models import ArenaConfig, chain
 from kvarena.spec.types import Mode, Observation, Plan, Rung, UserKind
@@ -64,20 +61,22 @@ def check_demand(demand: Any, order: Sequence[str], top: Mapping[str, int], page
             raise InvalidArgumentError(f"demand for {cls!r} must be an int >= 0 pages, got {n!r}")
         if n > top[cls]:
             raise InvalidArgumentError(f"demand of {n} {cls!r} pages exceeds the {top[cls]} pages the whole arena "
-                                       "holds")
+                                       "holds; split the request or raise capacity")
         if n:
             out[cls] = n
     if sum(n * page_bytes[c] for c, n in out.items()) > capacity:
-        raise InvalidArgumentError("demand exceeds the arena's bytes and can never fit")
+        raise InvalidArgumentError("demand exceeds the arena's bytes and can never fit; split the request or raise "
+                                   "capacity")
     return out
 
 
-def check_vids(vids: Sequence[int], bound: Container[int], what: str, hint: str = "") -> list[int]:
+def check_vids(vids: Sequence[int], bound: Container[int], what: str,
+               hint: str = "; pass only pages returned by admit/extend and still owned") -> list[int]:
     """Ints only (a bool or a float hashes like an int and would name a page), no id twice, every id bound
     (``bound``: the live virtual ids) — the reference's order of checks."""
     vids = check_ids(vids, what)
     if len(set(vids)) != len(vids):
-        raise InvalidArgumentError(f"{what}: duplicate virtual page ids {sorted(vids)}")
+        raise InvalidArgumentError(f"{what}: duplicate virtual page ids {sorted(vids)}; name each page once")
     for v in vids:
         if v not in bound:
             raise UnknownPageError(f"{what}: virtual page {v} is not bound{hint}")
@@ -140,6 +139,7 @@ class PoolAdapter:
         check_state_slots(owner, held, demand, lambda c: self.kind[c] is Kind.RECURRENT, self.config.recurrent_slots)
 
     def _owner(self, owner: str) -> dict[str, dict[int, None]]:
+        check_hashable_id(owner, "owner")
         if owner not in self.owners:
             raise UnknownOwnerError(f"owner {owner!r} holds no pages; admit it first")
         return self.owners[owner]
@@ -148,7 +148,8 @@ class PoolAdapter:
         check_vids([vid], self.v2p, "write/read", "; write/read only live pages")
         cls, slot = self.v2p[vid]
         if not (is_int(entry) and is_int(row) and 0 <= entry < self.entries[cls] and 0 <= row < self.rows[cls]):
-            raise InvalidArgumentError(f"page {vid} ({cls}): entry {entry}, row {row} out of range")
+            raise InvalidArgumentError(f"page {vid} ({cls}) got entry {entry!r}, row {row!r}; pass an int entry in "
+                                       f"[0, {self.entries[cls]}) and an int row in [0, {self.rows[cls]})")
         return cls, slot
 
     # -- admission ----------------------------------------------------------------------------------
@@ -170,8 +171,10 @@ class PoolAdapter:
         return pages
 
     def admit(self, owner: str, demand: Mapping[str, int], shared: Sequence[int] = ()) -> Any:
+        check_hashable_id(owner, "owner")
         if owner in self.owners:
-            raise DuplicateOwnerError(f"owner {owner!r} is already admitted")
+            raise DuplicateOwnerError(f"owner {owner!r} is already admitted; use extend() to grow it, or free() it "
+                                      "first")
         d = self._demand(demand)
         shared = self._vids(shared, f"admit({owner!r}) shared")
         self._not_state(shared, f"admit({owner!r}) shared")
@@ -202,13 +205,15 @@ class PoolAdapter:
 
     # -- owners and freeing ---------------------------------------------------------------------------
     def share(self, owner: str, vids: Sequence[int]) -> None:
+        check_hashable_id(owner, "owner")
         vids = self._vids(vids, f"share({owner!r})")
         self._not_state(vids, f"share({owner!r})")
         held = self.owners.get(owner)
         if held is not None:
             dup = [v for v in vids if v in held[self.v2p[v][0]]]
             if dup:
-                raise InvalidArgumentError(f"share({owner!r}): already holds {dup}")
+                raise InvalidArgumentError(f"share({owner!r}): already holds {dup}; an owner holds a page once, so "
+                                           "drop it first or pass only pages it does not hold")
         else:
             held = self.owners[owner] = {c: {} for c in self.order}
         for v in vids:
@@ -259,8 +264,9 @@ class PoolAdapter:
 
     # -- the ledger -------------------------------------------------------------------------------------
     def acquire(self, user: str, kind: UserKind, vids: Sequence[int]) -> None:
+        check_hashable_id(user, "ledger user")
         if user in self.users:
-            raise DuplicateUserError(f"ledger user {user!r} is live")
+            raise DuplicateUserError(f"ledger user {user!r} is live; release it first or pick a fresh id")
         if not isinstance(kind, UserKind):
             raise InvalidArgumentError(f"acquire: kind must be a UserKind, got {kind!r}")
         pages = tuple(self.v2p[v] for v in self._vids(vids, f"acquire({user!r})"))
@@ -271,6 +277,7 @@ class PoolAdapter:
                 self.writers[p] += 1
 
     def release(self, user: str) -> None:
+        check_hashable_id(user, "ledger user")
         if user not in self.users:
             raise ReleaseWithoutAcquireError(f"release({user!r}): no such live ledger user")
         mode, pages = self.users.pop(user)
@@ -285,8 +292,7 @@ class PoolAdapter:
     # -- data, queries, compaction ------------------------------------------------------------------------
     def write(self, vid: int, entry: int, row: int, tag: int) -> None:
         cls, slot = self._row(vid, entry, row)
-        if not is_int(tag):
-            raise InvalidArgumentError(f"write: tag must be an int, got {tag!r}")
+        check_tag(tag)  # [-2**63, 2**63), as the reference: a pool that stores 8 bytes per row keeps every valid tag
         self.write_row(cls, slot, entry, row, tag)
 
     def read(self, vid: int, entry: int, row: int) -> int | None:

@@ -91,7 +91,7 @@ PROTOCOL_CHANGES: dict[int, tuple[str, str, str]] = {
     4: ("2026-12-01", "recurrent state is one owner's (INV-STATE-PRIVATE): ArenaConfig.recurrent_slots caps the "
                       "recurrent pages an owner holds (default 1); share / admit(shared=) of a state page, ids that "
                       "are not ints (bools, floats) and acquire of no pages are refused with InvalidArgument",
-        "refuse those calls as the reference does (PoolAdapter does; spec.errors.check_ids, check_not_state and "
+        "refuse those calls as the reference does (PoolAdapter does; spec.guards.check_ids, check_not_state and "
         "check_state_slots are the checks)"),
     5: ("2026-12-01", "copy_state(owner, src), optional: a copy of recurrent page src for owner, returning its new "
                       "virtual id; a trace that copies state stops early where it is missing",

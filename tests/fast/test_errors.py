@@ -9,7 +9,9 @@ then the failing call; the parametrized tests check
 * the message is actionable (``assert_actionable``).
 
 Construction errors are cases too (no arena state to compare).  ``test_every_error_code_is_raised``
-checks that the table covers every concrete class in ``ERROR_CODES``.  Cases marked ``bug`` are
+checks that the table covers every concrete class in ``ERROR_CODES``.  A construction case builds through
+``ctx["make"]`` (``Arena`` here), and tests/fast/test_errors_impls.py runs the table on gpu/ and ``PoolAdapter``
+too, each operation they offer, each construction with their factory.  Cases marked ``bug`` are
 behaviour of the reference that breaks the error contract (xfail, strict); cases marked ``vague``
 raise the right class but their message names no fix (xfail, strict, in the message test only).
 """
@@ -90,7 +92,8 @@ def busy(model: str = "toy-tri", capacity: int = CAP, cls: type[Arena] = Arena) 
     a.acquire("u", UserKind.FORWARD_READ, [f[1]])  # a live reader
     a.acquire("u2", UserKind.NET_SEND, [f[2]])
     a.drop("r", [f[2]])  # freed while sent: withheld
-    ctx: dict[str, Any] = {"f": f, "gone": f[2], "w": r.get("window", ()), "s": r.get("state", ())}
+    # tokens: how an implementation takes translate_tokens' ids (a list here, a tensor on gpu/)
+    ctx: dict[str, Any] = {"f": f, "gone": f[2], "w": r.get("window", ()), "s": r.get("state", ()), "tokens": list}
     check_all(a)
     return a, ctx
 
@@ -270,6 +273,16 @@ CASES: list[Case] = [
          lambda a, c: a.acquire("u2", UserKind.NET_SEND, [])),
     Case("acquire-kind-not-userkind", InvalidArgumentError,
          lambda a, c: a.acquire("n", "forward_read", [c["f"][0]])),
+    # -- owner and ledger-user ids: any hashable value (spec §admit, §acquire) ---------------
+    Case("admit-owner-unhashable", InvalidArgumentError, lambda a, c: a.admit(["n"], {"full": 1})),
+    Case("extend-owner-unhashable", InvalidArgumentError, lambda a, c: a.extend(["r"], {"full": 1})),
+    Case("free-owner-unhashable", InvalidArgumentError, lambda a, c: a.free({"r": 1})),
+    Case("share-owner-unhashable", InvalidArgumentError, lambda a, c: a.share(["cache"], [c["f"][1]])),
+    Case("acquire-user-unhashable", InvalidArgumentError,
+         lambda a, c: a.acquire(["n"], UserKind.FORWARD_READ, [c["f"][0]])),
+    Case("acquire-user-tuple-of-list", InvalidArgumentError,  # a tuple claims to be hashable; this one is not
+         lambda a, c: a.acquire(("n", []), UserKind.FORWARD_READ, [c["f"][0]])),
+    Case("release-user-unhashable", InvalidArgumentError, lambda a, c: a.release(["u"])),
     # -- demand -------------------------------------------------------------------------------
     *_demand_cases("admit", lambda a, d: a.admit("n", d)),
     *_demand_cases("extend", lambda a, d: a.extend("r", d)),
@@ -292,6 +305,9 @@ CASES: list[Case] = [
     Case("read-state-entry-1", InvalidArgumentError, lambda a, c: a.read(c["s"][0], 1, 0)),
     Case("write-entry-float", InvalidArgumentError, lambda a, c: a.write(c["f"][0], 1.5, 0, 1)),
     Case("write-tag-str", InvalidArgumentError, lambda a, c: a.write(c["f"][0], 0, 0, "x")),
+    Case("write-tag-bool", InvalidArgumentError, lambda a, c: a.write(c["f"][0], 0, 0, True)),
+    Case("write-tag-past-int64", InvalidArgumentError, lambda a, c: a.write(c["f"][0], 0, 0, 2**63)),
+    Case("write-tag-under-int64", InvalidArgumentError, lambda a, c: a.write(c["f"][0], 0, 0, -2**63 - 1)),
     # -- compact ------------------------------------------------------------------------------
     Case("compact-negative", InvalidArgumentError, lambda a, c: a.compact(-1)),
     Case("compact-float", InvalidArgumentError, lambda a, c: a.compact(1.0)),
@@ -311,6 +327,16 @@ CASES: list[Case] = [
     Case("ceil-pages-negative", InvalidArgumentError, lambda a, c: a.ceil_pages("full", -1)),
     Case("ceil-pages-float", InvalidArgumentError, lambda a, c: a.ceil_pages("full", 4.0)),
     Case("ceil-pages-bool", InvalidArgumentError, lambda a, c: a.ceil_pages("full", True)),
+    Case("ceil-pages-fraction", InvalidArgumentError, lambda a, c: a.ceil_pages("full", 2.5)),
+    Case("ceil-pages-very-negative", InvalidArgumentError, lambda a, c: a.ceil_pages("full", -5)),
+    Case("pad-entry-unknown-class", InvalidArgumentError, lambda a, c: a.pad_entry("nope")),
+    Case("pad-entry-unhashable-class", InvalidArgumentError, lambda a, c: a.pad_entry(["full"])),
+    Case("translate-tokens-unknown-class", InvalidArgumentError,
+         lambda a, c: a.translate_tokens("nope", c["tokens"]([0]))),
+    Case("translate-tokens-narrow-width", InvalidArgumentError,
+         lambda a, c: a.translate_tokens("full", c["tokens"]([0, 1, 2]), out_width=2)),
+    Case("translate-tokens-width-float", InvalidArgumentError,
+         lambda a, c: a.translate_tokens("full", c["tokens"]([0]), out_width=4.0)),
     # -- plan_admission (public, read-only) ---------------------------------------------------
     Case("plan-negative", InvalidArgumentError, lambda a, c: a.plan_admission({"full": -1})),
     Case("plan-unknown-class", InvalidArgumentError, lambda a, c: a.plan_admission({"nope": 1})),
@@ -355,34 +381,51 @@ CASES: list[Case] = [
     Case("two-class-unknown-class", InvalidArgumentError, lambda a, c: a.admit("n", {"window": 1}),
          world=busy_state),
     # -- construction -------------------------------------------------------------------------
-    Case("config-full-only", ConfigError, lambda a, c: Arena(cfg(tiny_model(FULL))), world=None),
-    Case("config-no-full", ConfigError, lambda a, c: Arena(cfg(tiny_model(WINDOW, STATE))), world=None),
-    Case("config-state-only", ConfigError, lambda a, c: Arena(cfg(tiny_model(STATE))), world=None),
-    Case("config-no-classes", ConfigError, lambda a, c: Arena(cfg(tiny_model())), world=None),
+    Case("config-full-only", ConfigError, lambda a, c: c["make"](cfg(tiny_model(FULL))), world=None),
+    Case("config-no-full", ConfigError, lambda a, c: c["make"](cfg(tiny_model(WINDOW, STATE))), world=None),
+    Case("config-state-only", ConfigError, lambda a, c: c["make"](cfg(tiny_model(STATE))), world=None),
+    Case("config-no-classes", ConfigError, lambda a, c: c["make"](cfg(tiny_model())), world=None),
     Case("config-duplicate-names", ConfigError,
-         lambda a, c: Arena(cfg(tiny_model(FULL, StateClass("full", Kind.WINDOW, WINDOW.rows, window=8)))),
+         lambda a, c: c["make"](cfg(tiny_model(FULL, StateClass("full", Kind.WINDOW, WINDOW.rows, window=8)))),
          world=None),
     Case("config-two-full", ConfigError,
-         lambda a, c: Arena(cfg(tiny_model(FULL, StateClass("full2", Kind.FULL, FULL.rows)))), world=None),
+         lambda a, c: c["make"](cfg(tiny_model(FULL, StateClass("full2", Kind.FULL, FULL.rows)))), world=None),
     Case("config-two-recurrent", ConfigError,
-         lambda a, c: Arena(cfg(tiny_model(FULL, STATE, StateClass("s2", Kind.RECURRENT, STATE.rows)))),
+         lambda a, c: c["make"](cfg(tiny_model(FULL, STATE, StateClass("s2", Kind.RECURRENT, STATE.rows)))),
          world=None),
     Case("config-model-context-zero", ConfigError,
-         lambda a, c: Arena(ArenaConfig(ModelSpec("m", (FULL, STATE), max_context_len=0), capacity=CAP,
-                                        page_size=PS)), world=None),
-    Case("config-context-zero", ConfigError, lambda a, c: Arena(cfg(max_context_len=0)), world=None),
-    Case("config-capacity-zero", ConfigError, lambda a, c: Arena(cfg(capacity=0)), world=None),
-    Case("config-page-size-zero", ConfigError, lambda a, c: Arena(cfg(page_size=0)), world=None),
-    Case("config-page-size-odd", ConfigError, lambda a, c: Arena(cfg(page_size=3)), world=None),
-    Case("config-page-size-not-pow2", ConfigError, lambda a, c: Arena(cfg(page_size=12)), world=None),
-    Case("config-page-size-negative", ConfigError, lambda a, c: Arena(cfg(page_size=-4)), world=None),
-    Case("config-swa-ratio-zero", ConfigError, lambda a, c: Arena(cfg(swa_full_tokens_ratio=0)), world=None),
-    Case("config-swa-ratio-over-one", ConfigError, lambda a, c: Arena(cfg(swa_full_tokens_ratio=1.5)),
+         lambda a, c: c["make"](ArenaConfig(ModelSpec("m", (FULL, STATE), max_context_len=0), capacity=CAP,
+                                            page_size=PS)), world=None),
+    Case("config-context-zero", ConfigError, lambda a, c: c["make"](cfg(max_context_len=0)), world=None),
+    Case("config-capacity-zero", ConfigError, lambda a, c: c["make"](cfg(capacity=0)), world=None),
+    Case("config-page-size-zero", ConfigError, lambda a, c: c["make"](cfg(page_size=0)), world=None),
+    Case("config-page-size-odd", ConfigError, lambda a, c: c["make"](cfg(page_size=3)), world=None),
+    Case("config-page-size-not-pow2", ConfigError, lambda a, c: c["make"](cfg(page_size=12)), world=None),
+    Case("config-page-size-negative", ConfigError, lambda a, c: c["make"](cfg(page_size=-4)), world=None),
+    Case("config-swa-ratio-zero", ConfigError, lambda a, c: c["make"](cfg(swa_full_tokens_ratio=0)), world=None),
+    Case("config-swa-ratio-over-one", ConfigError, lambda a, c: c["make"](cfg(swa_full_tokens_ratio=1.5)),
          world=None),
-    Case("config-mamba-ratio-zero", ConfigError, lambda a, c: Arena(cfg(mamba_full_memory_ratio=0)),
+    Case("config-mamba-ratio-zero", ConfigError, lambda a, c: c["make"](cfg(mamba_full_memory_ratio=0)),
          world=None),
     Case("config-mamba-ratio-negative", ConfigError,
          lambda a, c: SplitPools(cfg(mamba_full_memory_ratio=-1.0, capacity=16384)), world=None),
+    # a field of the wrong type is refused by type, naming the field and its form (never a TypeError, never rounded)
+    Case("config-page-size-float", ConfigError, lambda a, c: c["make"](cfg(page_size=4.0)), world=None),
+    Case("config-page-size-str", ConfigError, lambda a, c: c["make"](cfg(page_size="4")), world=None),
+    Case("config-page-size-bool", ConfigError, lambda a, c: c["make"](cfg(page_size=True)), world=None),
+    Case("config-capacity-float", ConfigError, lambda a, c: c["make"](cfg(capacity=4096.0)), world=None),
+    Case("config-capacity-str", ConfigError, lambda a, c: c["make"](cfg(capacity="4096")), world=None),
+    Case("config-context-float", ConfigError, lambda a, c: c["make"](cfg(max_context_len=8.5)), world=None),
+    Case("config-context-str", ConfigError, lambda a, c: c["make"](cfg(max_context_len="16")), world=None),
+    Case("config-model-context-float", ConfigError,
+         lambda a, c: c["make"](ArenaConfig(ModelSpec("m", (FULL, STATE), max_context_len=16.5), capacity=CAP,
+                                            page_size=PS)), world=None),
+    Case("config-mamba-ratio-inf", ConfigError, lambda a, c: c["make"](cfg(mamba_full_memory_ratio=float("inf"))),
+         world=None),
+    Case("config-swa-ratio-nan", ConfigError, lambda a, c: c["make"](cfg(swa_full_tokens_ratio=float("nan"))),
+         world=None),
+    Case("config-swa-ratio-str", ConfigError, lambda a, c: c["make"](cfg(swa_full_tokens_ratio="0.8")), world=None),
+    Case("config-class-kind-str", ConfigError, lambda a, c: StateClass("x", "full", FULL.rows), world=None),
     Case("config-unknown-preset", ConfigError, lambda a, c: preset("llama-9000"), world=None),
     Case("config-unknown-class-name", ConfigError, lambda a, c: preset("toy-tri").cls("nope"), world=None),
     Case("config-class-no-rows", ConfigError, lambda a, c: StateClass("x", Kind.FULL, ()), world=None),
@@ -396,9 +439,9 @@ CASES: list[Case] = [
          lambda a, c: StateClass("x", Kind.FULL, (Row(0, "k", (1, 7), "bf16"),)), world=None),  # 14 B
     Case("misaligned-row-fp8", MisalignedRowError,
          lambda a, c: StateClass("x", Kind.FULL, (Row(0, "k", (24,), "fp8"),)), world=None),  # 24 B
-    Case("capacity-below-floor", CapacityTooSmallError, lambda a, c: Arena(cfg(capacity=2048)), world=None),
+    Case("capacity-below-floor", CapacityTooSmallError, lambda a, c: c["make"](cfg(capacity=2048)), world=None),
     Case("capacity-below-floor-context", CapacityTooSmallError,
-         lambda a, c: Arena(cfg(max_context_len=1024)), world=None),
+         lambda a, c: c["make"](cfg(max_context_len=1024)), world=None),
     Case("split-capacity-below-floor", CapacityTooSmallError, lambda a, c: SplitPools(cfg()), world=None),
 ]
 
@@ -429,7 +472,7 @@ def _params(with_vague: bool) -> list:
 
 
 def _run(case: Case) -> tuple[Arena | None, BaseException]:
-    a, ctx = case.world() if case.world is not None else (None, {})
+    a, ctx = case.world() if case.world is not None else (None, {"make": Arena})
     if case.prep is not None:
         case.prep(a, ctx)
     if a is None:

@@ -258,6 +258,20 @@ def check_below(mod: types.ModuleType, path: str) -> None:
             same(f"observations after the decode step under {lim}", a.observe(), observe_reference(ref))
 
 
+def check_error_table(mod: types.ModuleType, path: str) -> None:
+    """The error table's gpu/ rows (tests/fast/test_errors_impls.py: tests/fast/test_errors.py's CASES on gpu/)
+    against ``mod``'s allocator: each refusal of the reference's class, with a message that names the fix, nothing
+    changed. ``mod``: allocator.py or a mutant of it."""
+    from tests.fast.test_errors_impls import failures
+
+    with contextlib.ExitStack() as stack:
+        if path == "torch":
+            stack.enter_context(mock.patch.object(kernels, "interpreted", lambda kernel: False))
+        bad = failures("gpu", getattr(mod, "make", allocator_mod.make))
+    if bad:
+        raise AssertionError(f"{len(bad)} rows of the error table fail on gpu/: " + "; ".join(bad[:3]))
+
+
 # ---------------------------------------------------------------------------------------------
 
 
@@ -463,6 +477,25 @@ MUTANTS: tuple[Mutant, ...] = (
            "the decode step's demand pattern matches a step of one low-end page per lane but reports the high end "
            "class: every lane gets a page of the wrong class (check_decode_handles)",
            kernel=check_decode_handles, paths=("torch",)),
+    # the argument guards gpu/ shares with the reference (spec/guards.py): a query that skips one answers garbage
+    Mutant("ceil-pages-guard-dropped", allocator_mod,
+           '        return ceil_div(check_tokens(tokens, "ceil_pages", _is_id), epp)\n',
+           "        return ceil_div(tokens, epp)\n",
+           "ceil_pages takes any token count: -5 tokens are -1 pages, 2.5 are 1.0, True is 1 (check_error_table: the "
+           "ceil-pages rows of the error table)",
+           kernel=check_error_table, paths=("torch",)),
+    Mutant("pad-entry-class-unchecked", allocator_mod,
+           '        return self.mem.pad_entry(check_class(cls, self.order, "pad_entry"))\n',
+           "        return self.mem.pad_entry(cls)\n",
+           "pad_entry of an unknown class is a KeyError from the arena's tables, not InvalidArgument "
+           "(check_error_table)",
+           kernel=check_error_table, paths=("torch",)),
+    Mutant("translate-tokens-width-unchecked", allocator_mod,
+           "        width = check_out_width(out_width, vtokens.numel())\n",
+           "        width = vtokens.numel() if out_width is None else out_width\n",
+           "translate_tokens takes an out_width narrower than its ids: the kernel wrapper's assert (gone under "
+           "python -O) is all that stops it (check_error_table)",
+           kernel=check_error_table, paths=("torch",)),
 )
 
 # The ten bug kinds the issue asks for, each a substring of at least one mutant's name.
