@@ -30,7 +30,7 @@ from kvarena.reference.ladder import (
     plan_float_fewest,
     plan_float_relayout,
 )
-from kvarena.reference.policy import Ladder, Policy
+from kvarena.reference.policy import Ladder, Policy, takes_below
 from kvarena.reference.sizing import float_hints  # the sizing shared with the split-pool baseline
 from kvarena.reference.validate import policy_call, validate_plan
 from kvarena.spec.errors import (
@@ -109,7 +109,6 @@ class Arena:
         # data: content tags per physical page, {(entry, row): tag}
         self.content: dict[PhysPage, dict[tuple[int, int], int]] = {}
         self.stats = Stats()
-        self._limits: dict[str, int] = {}  # placement limits of the planning call in progress (rung 1)
         self._check_floor()
 
     # =========================================================================================
@@ -192,6 +191,7 @@ class Arena:
               below: Mapping[str, int] | None = None) -> Admission:
         """Register ``owner`` with new pages per ``demand`` plus existing ``shared`` pages (prefix hit); ``below``:
         the engine's placement limit per end-band class, in bytes (§Placement limit)."""
+        self.poll()  # first: a refused call changes nothing beyond it (spec §Ledger, Event users)
         check_hashable_id(owner, "owner")
         if owner in self.owners:
             raise DuplicateOwnerError(f"owner {owner!r} is already admitted; use extend() to grow it, or "
@@ -215,6 +215,7 @@ class Arena:
 
     def extend(self, owner: str, demand: Mapping[str, int], below: Mapping[str, int] | None = None) -> Admission:
         """More pages for an existing owner (decode growth); ``below`` as in ``admit``."""
+        self.poll()  # first: a refused call changes nothing beyond it (spec §Ledger, Event users)
         held = self._owner(owner)
         d = self._check_demand(demand)
         self._check_state_slots(owner, held, d)
@@ -231,15 +232,16 @@ class Arena:
         return self._plan_admission(d, self._check_below(below))
 
     def _plan_admission(self, demand: dict[str, int], limits: dict[str, int] | None = None) -> Plan:
-        """The policy's plan for a validated demand, checked against the spec's rules before use. The placement
-        limits hold for this one planning call: ``ladder`` reads them for rung 1."""
+        """The policy's plan for a validated demand, checked against the spec's rules before use; ``limits``
+        (checked placement-limit slots) go to the policy as its ``below`` argument (one that takes none ignores
+        them, as ``best-fit`` does)."""
         if not demand:
             return Plan(Rung.NONE)
-        self._limits = limits or {}
-        try:
-            plan = policy_call("plan", lambda: self.policy.plan(self, demand))  # its crash: a typed PlanError
-        finally:
-            self._limits = {}
+        below = limits or {}
+        if takes_below(self.policy):
+            plan = policy_call("plan", lambda: self.policy.plan(self, demand, below))  # a crash: a typed PlanError
+        else:
+            plan = policy_call("plan", lambda: self.policy.plan(self, demand))
         validate_plan(self, plan, demand)
         return plan
 
@@ -248,14 +250,15 @@ class Arena:
         ends = {c: (self.bands[c].page_bytes, self.bands[c].role is Role.LOW) for c in (self.order[0], self.order[-1])}
         return check_below(below, ends, self.capacity)
 
-    def ladder(self, demand: dict[str, int], *, max_rung: Rung = Rung.RELAYOUT,
-               relayout_budget: int | None = None, full: bool = False) -> Plan:
+    def ladder(self, demand: dict[str, int], below: Mapping[str, int] | None = None, *,
+               max_rung: Rung = Rung.RELAYOUT, relayout_budget: int | None = None, full: bool = False) -> Plan:
         """The spec's ladder (read-only). Raises AdmissionRejectedError with the shortfall if no rung fits.
 
+        ``below``: placement-limit slots per end-band class (checked; §Placement limit), rung 1's alone.
         ``max_rung`` and ``relayout_budget`` (bytes a relayout may move) let policies cut the ladder short;
         ``full`` packs the end bands whole and relayouts by the nearest span (the ``full-compaction`` policy).
         """
-        limits = {} if full else self._limits  # the full flush is SGLang's, which takes no placement limit
+        limits = {} if full or below is None else below  # the full flush is SGLang's: it takes no placement limit
         views = [BandView.of(b, limits.get(b.name)) for b in self._chain()]
         fit = place(views, demand, self.hints)
         if fit.ok:
@@ -507,6 +510,7 @@ class Arena:
 
     def share(self, owner: str, vids: Sequence[int]) -> None:
         """``owner`` (e.g. the prefix cache) also holds ``vids``; creates the owner if new."""
+        self.poll()  # first: a refused call changes nothing beyond it (spec §Ledger, Event users)
         check_hashable_id(owner, "owner")
         vids = self._check_vids(vids, f"share({owner!r})")
         self._check_not_state(vids, f"share({owner!r})")
@@ -526,6 +530,7 @@ class Arena:
     def copy_state(self, owner: str, src: int) -> int:
         """``owner`` (created if new) gets a new recurrent page holding a copy of every row of page ``src``
         (prefix caching of recurrent state: SGLang's mamba-pool fork). Placed like ``extend(owner, {cls: 1})``."""
+        self.poll()  # first: a refused call changes nothing beyond it (spec §Ledger, Event users)
         check_hashable_id(owner, "owner")
         (src,) = self._check_vids([src], f"copy_state({owner!r})")
         cls = self.v2p[src][0]
@@ -547,6 +552,7 @@ class Arena:
 
     def drop(self, owner: str, vids: Sequence[int]) -> list[int]:
         """``owner`` lets go of ``vids``; pages whose last owner let go are freed. Returns those."""
+        self.poll()  # first: a refused call changes nothing beyond it (spec §Ledger, Event users)
         held = self._owner(owner)
         vids = check_ids(vids, f"drop({owner!r})")
         if len(set(vids)) != len(vids):
@@ -559,6 +565,7 @@ class Arena:
 
     def slide(self, owner: str, cls: str, n: int) -> list[int]:
         """Drop the ``n`` oldest pages of ``cls`` that ``owner`` holds (window pages that slid out)."""
+        self.poll()  # first: a refused call changes nothing beyond it (spec §Ledger, Event users)
         held = self._owner(owner)
         if cls not in self.bands:
             raise InvalidArgumentError(f"slide: unknown class {cls!r}; use one of {self.order}")
@@ -569,6 +576,7 @@ class Arena:
 
     def free(self, owner: str) -> list[int]:
         """``owner`` lets go of every page it holds (all classes); the owner is forgotten."""
+        self.poll()  # first: a refused call changes nothing beyond it (spec §Ledger, Event users)
         held = self._owner(owner)
         vids = [v for c in self.order for v in held[c]]
         return self._unref(owner, vids, forget=True)
@@ -646,8 +654,9 @@ class Arena:
     # =========================================================================================
     # Ledger: acquire / release
 
-    def acquire(self, user: str, kind: UserKind, vids: Sequence[int]) -> None:
+    def acquire(self, user: str, kind: UserKind, vids: Sequence[int], event: object = None) -> None:
         """``user`` (a forward pass, host copy or transfer) holds the physical pages of ``vids``."""
+        self.poll()  # first: a refused call changes nothing beyond it (spec §Ledger, Event users)
         check_hashable_id(user, "ledger user")
         if user in self.users:
             raise DuplicateUserError(f"ledger user {user!r} is live; release it first or pick a fresh id")
@@ -657,15 +666,33 @@ class Arena:
         if not vids:
             raise InvalidArgumentError(f"acquire({user!r}): no pages; a ledger user holds at least one page, so "
                                        "pass the pages it reads or writes (or do not acquire)")
+        if event is not None and not callable(getattr(event, "query", None)):
+            raise InvalidArgumentError(f"acquire: event must have query() (a torch.cuda.Event), got {event!r}")
         holds = tuple(Hold(*self.v2p[v], v, self.gen[v]) for v in vids)
-        self.users[user] = User(kind, holds)
+        self.users[user] = User(kind, holds, event)
         counter = self.writers if kind.mode is Mode.WRITE else self.readers
         for h in holds:
             counter[(h.cls, h.slot)] += 1
 
+    def poll(self) -> list[str]:
+        """Release every event user whose ``event.query()`` is true, in acquisition order; their names. Never
+        refuses; every call that can change pages or the ledger starts with it (spec §Ledger, Event users)."""
+        done = [u for u, x in self.users.items() if x.event is not None and x.event.query()]
+        for u in done:
+            self._release(u)
+        return done
+
     def release(self, user: str) -> None:
-        """``user`` finished: its pages may move again; withheld ones it was last to hold become holes."""
+        """``user`` finished: its pages may move again; withheld ones it was last to hold become holes. A live
+        user is released first (an event user by hand, once), then the others are polled; a user that is not live
+        is refused after the poll."""
         check_hashable_id(user, "ledger user")
+        if user not in self.users:
+            self.poll()
+        self._release(user)
+        self.poll()
+
+    def _release(self, user: str) -> None:
         u = self.users.pop(user, None)
         if u is None:
             raise ReleaseWithoutAcquireError(f"release({user!r}): no such live ledger user (never acquired, "
@@ -718,6 +745,7 @@ class Arena:
 
     def compact(self, max_moves: int | None = None) -> Plan:
         """Rung 2 on its own: pack the end bands toward their anchors, at most ``max_moves`` moves."""
+        self.poll()  # first: a refused call changes nothing beyond it (spec §Ledger, Event users)
         self._check_max_moves(max_moves)
         plan = self.plan_compact(max_moves)
         validate_plan(self, plan, {})
@@ -733,6 +761,7 @@ class Arena:
         """The idle-time flush under a move budget (SGLang's ``flush_opportunistic``, which its scheduler calls
         between steps, unified_sub_pool.py): the full flush of the end bands, low band first, moving at most
         ``budget_bytes`` of pages in this call.  The admission ladder itself never waits for it."""
+        self.poll()  # first: a refused call changes nothing beyond it (spec §Ledger, Event users)
         if not is_int(budget_bytes) or budget_bytes < 0:
             raise InvalidArgumentError(f"flush_idle: budget_bytes must be an int >= 0 (bytes this call may move), "
                                        f"got {budget_bytes!r}")
@@ -755,6 +784,7 @@ class Arena:
 
     def relayout(self, demand: Mapping[str, int]) -> Plan:
         """Rung 3 on its own: move float bands to open room for ``demand`` without placing it."""
+        self.poll()  # first: a refused call changes nothing beyond it (spec §Ledger, Event users)
         d = self._check_demand(demand)
         floats = [b for b in self._chain()[1:-1] if not b.empty or d.get(b.name)]
         if not floats:

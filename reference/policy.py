@@ -11,15 +11,14 @@ Policies read the arena but never mutate it.  They raise
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Protocol
 
 from kvarena.reference.bands import Band, BandView
 from kvarena.reference.ladder import place
+from kvarena.reference.view import ArenaView
 from kvarena.spec.types import Plan, Rung
-
-if TYPE_CHECKING:
-    from kvarena.reference.arena import Arena
 
 
 class Policy(Protocol):
@@ -27,11 +26,14 @@ class Policy(Protocol):
 
     name: str
 
-    def plan(self, arena: Arena, demand: dict[str, int]) -> Plan:
-        """A plan placing ``demand`` (validated, non-empty); raise AdmissionRejectedError if none."""
+    def plan(self, arena: ArenaView, demand: dict[str, int], below: Mapping[str, int] | None = None) -> Plan:
+        """A plan placing ``demand`` (validated, non-empty); raise AdmissionRejectedError if none. ``below``: the
+        caller's placement limit as slots per end-band class (checked, spec/arena.md §Placement limit), empty
+        for none; pass it on to ``arena.ladder`` or ignore it. A policy whose ``plan`` takes no ``below`` (written
+        before it was an argument) is called without it and ignores the limit."""
         ...
 
-    def after_free(self, arena: Arena) -> Plan | None:
+    def after_free(self, arena: ArenaView) -> Plan | None:
         """Optional moves right after pages were freed (e.g. eager compaction); None for none.
 
         The plan is validated with an empty demand (it may move pages, never place one); if it is refused, or
@@ -47,10 +49,10 @@ class Ladder:
 
     name = "ladder"
 
-    def plan(self, arena: Arena, demand: dict[str, int]) -> Plan:
-        return arena.ladder(demand)
+    def plan(self, arena: ArenaView, demand: dict[str, int], below: Mapping[str, int] | None = None) -> Plan:
+        return arena.ladder(demand, below)
 
-    def after_free(self, arena: Arena) -> Plan | None:
+    def after_free(self, arena: ArenaView) -> Plan | None:
         return None
 
 
@@ -59,8 +61,8 @@ class NoRelayout(Ladder):
 
     name = "no-relayout"
 
-    def plan(self, arena: Arena, demand: dict[str, int]) -> Plan:
-        return arena.ladder(demand, max_rung=Rung.COMPACT)
+    def plan(self, arena: ArenaView, demand: dict[str, int], below: Mapping[str, int] | None = None) -> Plan:
+        return arena.ladder(demand, below, max_rung=Rung.COMPACT)
 
 
 class RelayoutBudget(Ladder):
@@ -70,8 +72,8 @@ class RelayoutBudget(Ladder):
         self.budget_bytes = budget_bytes
         self.name = f"relayout-budget-{budget_bytes >> 20}MiB"
 
-    def plan(self, arena: Arena, demand: dict[str, int]) -> Plan:
-        return arena.ladder(demand, relayout_budget=self.budget_bytes)
+    def plan(self, arena: ArenaView, demand: dict[str, int], below: Mapping[str, int] | None = None) -> Plan:
+        return arena.ladder(demand, below, relayout_budget=self.budget_bytes)
 
 
 class FullCompaction(Ladder):
@@ -80,8 +82,8 @@ class FullCompaction(Ladder):
 
     name = "full-compaction"
 
-    def plan(self, arena: Arena, demand: dict[str, int]) -> Plan:
-        return arena.ladder(demand, full=True)
+    def plan(self, arena: ArenaView, demand: dict[str, int], below: Mapping[str, int] | None = None) -> Plan:
+        return arena.ladder(demand, full=True)  # SGLang's flush takes no placement limit
 
 
 class EagerCompaction(Ladder):
@@ -89,7 +91,7 @@ class EagerCompaction(Ladder):
 
     name = "eager-compaction"
 
-    def after_free(self, arena: Arena) -> Plan | None:
+    def after_free(self, arena: ArenaView) -> Plan | None:
         return arena.plan_compact(None)
 
 
@@ -105,7 +107,8 @@ class BestFit(Ladder):
 
     name = "best-fit"
 
-    def plan(self, arena: Arena, demand: dict[str, int]) -> Plan:
+    def plan(self, arena: ArenaView, demand: dict[str, int], below: Mapping[str, int] | None = None) -> Plan:
+        # best fit chooses its own holes: it ignores the placement limit, also when it falls back to the ladder
         views = [_best_fit_view(arena.bands[n], demand.get(n, 0)) for n in arena.order]
         fit = place(views, demand, arena.hints)
         if fit.ok:
@@ -143,3 +146,22 @@ POLICIES: dict[str, Callable[[], Policy]] = {
     "no-relayout": NoRelayout,
     "relayout-budget": RelayoutBudget,
 }
+
+
+def takes_below(policy: object) -> bool:
+    """Whether ``policy.plan`` takes the placement limit (a third argument, ``below``): policies written before it
+    was an argument take two and are called with two. Decided once per plan function (this runs per admission)."""
+    plan = getattr(policy, "plan", None)
+    key = getattr(plan, "__func__", plan)
+    got = _TAKES_BELOW.get(key)
+    if got is None:
+        try:
+            params = inspect.signature(plan).parameters  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            return False
+        positional = [p for p in params.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        got = _TAKES_BELOW[key] = "below" in params or len(positional) >= 3
+    return got
+
+
+_TAKES_BELOW: dict[object, bool] = {}

@@ -12,14 +12,12 @@ import bisect
 import reprlib
 import traceback
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, NoReturn, TypeVar
+from typing import NoReturn, TypeVar
 
 from kvarena.reference.bands import Band, Role
+from kvarena.reference.view import ArenaView
 from kvarena.spec.errors import ArenaError, PlanError
 from kvarena.spec.types import Move, Plan, Rung
-
-if TYPE_CHECKING:  # the arena imports this module; no cycle at run time
-    from kvarena.reference.arena import Arena
 
 # rule -> the invariant a plan breaking it would violate
 RULES: dict[str, str] = {
@@ -121,7 +119,7 @@ def _check_shape(plan: object) -> None:
 class _Overlay:
     """Slot states after the plan's steps so far, over the untouched arena."""
 
-    def __init__(self, a: Arena) -> None:
+    def __init__(self, a: ArenaView) -> None:
         self.a = a
         self.state: dict[tuple[str, int], str] = {}
         self.spans: dict[str, tuple[int, int]] = {n: (b.lo, b.hi) for n, b in a.bands.items()}
@@ -140,7 +138,7 @@ class _Overlay:
         return self.a.readers[(cls, slot)] > 0 or self.a.writers[(cls, slot)] > 0
 
 
-def validate_plan(a: Arena, plan: Plan, demand: Mapping[str, int]) -> None:
+def validate_plan(a: ArenaView, plan: Plan, demand: Mapping[str, int]) -> None:
     """Raise PlanError if applying ``plan`` for ``demand`` would break a rule of the spec."""
     _check_shape(plan)  # first: every rule below reads these fields
     ends = {a.order[0], a.order[-1]}
@@ -206,7 +204,7 @@ def validate_plan(a: Arena, plan: Plan, demand: Mapping[str, int]) -> None:
     _check_extents(a, ov)
 
 
-def _check_placements(a: Arena, ov: _Overlay, band: Band, slots: Sequence[int]) -> None:
+def _check_placements(a: ArenaView, ov: _Overlay, band: Band, slots: Sequence[int]) -> None:
     """Each placed slot (distinct, so none is read again) is a hole without a ledger user, or extends the band's
     frontier by one.  The common case is inlined (``_Overlay.get`` and ``_extend`` once per slot cost more than
     the placement itself): an untouched slot inside the span is free iff it is not live and has no user (a
@@ -313,7 +311,7 @@ def _extend(ov: _Overlay, band: Band, slot: int) -> None:
                                  f"[{lo}, {hi})")
 
 
-def _check_extents(a: Arena, ov: _Overlay) -> None:
+def _check_extents(a: ArenaView, ov: _Overlay) -> None:
     prev = None
     for name in a.order:
         band = a.bands[name]

@@ -4,13 +4,15 @@ test_errors.py (``_below_cases``)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from kvarena.reference.arena import Arena
 from kvarena.reference.bands import Band, Role
-from kvarena.reference.policy import BestFit, FullCompaction
+from kvarena.reference.policy import BestFit, FullCompaction, Ladder
 from kvarena.spec.errors import AdmissionRejectedError
 from kvarena.spec.models import ArenaConfig, preset
 from kvarena.spec.types import Rung
@@ -114,7 +116,7 @@ def test_extend_binds_the_owners_pages_in_that_order_and_forgets_the_limit() -> 
     with_holes(a, low, 10, {1, 3, 5, 7})
     a.admit("r", {low: 1}, below={low: 6 * a.bands[low].page_bytes})
     assert a.v2p[a.held("r")[low][0]][1] == 5
-    assert a._limits == {}  # the limit held for that one call only
+    assert not hasattr(a, "_limits")  # no hidden state: the limit is an argument of the policy and the ladder
     a.extend("r", {low: 1})
     assert a.v2p[a.held("r")[low][1]][1] == 1  # no limit: nearest the anchor again
 
@@ -129,3 +131,31 @@ def test_the_order_test_fails_on_a_planted_bug(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(Band, "holes_toward", _ascending_below)
     with pytest.raises(AssertionError):
         test_low_band_takes_the_holes_below_the_limit_nearest_it_first()
+
+
+def test_the_policy_gets_below_as_an_argument_and_an_older_policy_is_called_without_it() -> None:
+    """``Policy.plan(arena, demand, below)``: the limit slots reach the policy explicitly; a policy written with
+    ``plan(arena, demand)`` still runs (and ignores the limit)."""
+    seen: list[object] = []
+
+    class Sees(Ladder):
+        def plan(self, arena: Arena, demand: dict[str, int], below: Any = None) -> Any:
+            seen.append(dict(below or {}))
+            return arena.ladder(demand, below)
+
+    class Older(Ladder):
+        def plan(self, arena: Arena, demand: dict[str, int]) -> Any:  # the protocol before below was an argument
+            seen.append("older")
+            return arena.ladder(demand)
+
+    cfg = ArenaConfig(preset("toy-swa"), 1 << 16, page_size=PS, max_context_len=16)
+    a, b = Arena(cfg, policy=Sees()), Arena(cfg, policy=Older())
+    low = a.order[0]
+    p = a.bands[low].page_bytes
+    for x in (a, b):
+        with_holes(x, low, 10, {1, 3, 5, 7})
+    seen.clear()
+    got = a.admit("r", {low: 1}, below={low: 6 * p})
+    assert seen == [{low: 6}] and a.v2p[got.pages[low][0]][1] == 5
+    got = b.admit("r", {low: 1}, below={low: 6 * p})
+    assert seen[-1] == "older" and b.v2p[got.pages[low][0]][1] == 1  # the limit ignored: nearest the anchor

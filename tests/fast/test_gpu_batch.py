@@ -171,7 +171,7 @@ class BatchLockstep:
 @pytest.mark.parametrize("path", ["torch", "interpreter"])
 def test_batched_calls_are_the_sequential_calls(model: str, path: str, monkeypatch: pytest.MonkeyPatch) -> None:
     if path == "torch":
-        monkeypatch.setattr(kernels, "interpreted", lambda kernel: False)
+        monkeypatch.setattr(kernels.common, "interpreted", lambda kernel: False)
     fast = fell_back = rejected = decodes = 0
     for seed in range(2 if path == "torch" else 1):
         ls = BatchLockstep(model, seed)
@@ -187,7 +187,7 @@ def test_decode_step_refuses_handles_of_no_owner(model: str, monkeypatch: pytest
     """The lean decode path's liveness test (one clipped take, no ufunc): a negative handle, one past every row,
     a freed owner's and row 0 (never an owner's) each get UnknownOwnerError exactly as sequential extends do,
     the live lanes their pages; the one-page-per-lane demand (the cached pattern) and another demand alike."""
-    monkeypatch.setattr(kernels, "interpreted", lambda kernel: False)
+    monkeypatch.setattr(kernels.common, "interpreted", lambda kernel: False)
     config = _config(model, 4096, 2)
     for every in (True, False):
         ref, gpu = Arena(config), make(config)
@@ -222,7 +222,7 @@ def test_decode_step_refuses_handles_of_no_owner(model: str, monkeypatch: pytest
 def test_fixed_shape_steps_are_the_same_binds(model: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """graph_width: steps of up to 3 pages per class run the fixed-shape (graph-capturable) ops, larger ones the
     eager launches; both in exact lockstep with the reference (tables read back, rows, recurrent zeroing)."""
-    monkeypatch.setattr(kernels, "interpreted", lambda kernel: False)
+    monkeypatch.setattr(kernels.common, "interpreted", lambda kernel: False)
     binds = fallbacks = 0
     for seed in (3, 4, 5):  # together: both kinds of step (which one a seed draws shifts with the rules)
         ls = BatchLockstep(model, seed, graph_width=3)
@@ -237,7 +237,7 @@ def test_fixed_shape_steps_are_the_same_binds(model: str, monkeypatch: pytest.Mo
 def test_page_tables_follow_the_holdings(model: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """page_width=3: every owner's row of every class is its first 3 held pages (device = host mirror), the
     physical page table is the reference's slots, and token_locs agrees with and without the tables."""
-    monkeypatch.setattr(kernels, "interpreted", lambda kernel: False)
+    monkeypatch.setattr(kernels.common, "interpreted", lambda kernel: False)
     ls = BatchLockstep(model, 5, page_width=3)
     overflowed = 0
     for _ in range(80):

@@ -24,7 +24,7 @@ def _settings(examples: int) -> settings:
 @pytest.mark.parametrize("path", ["torch", "interpreter"])
 def test_batched_rules_exact(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
     if path == "torch":
-        monkeypatch.setattr(kernels, "interpreted", lambda kernel: False)
+        monkeypatch.setattr(kernels.common, "interpreted", lambda kernel: False)
     run_batched_lockstep(make, "exact", _settings(40 if path == "torch" else 15))
 
 

@@ -197,7 +197,7 @@ class BelowLockstep:
 
 @pytest.fixture(autouse=True)
 def _torch_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(kernels, "interpreted", lambda kernel: False)  # plain torch: placement is the host's
+    monkeypatch.setattr(kernels.common, "interpreted", lambda kernel: False)  # plain torch: placement is the host's
 
 
 @given(seed=st.integers(0, 2**32 - 1), model=st.sampled_from(MODELS))

@@ -246,7 +246,7 @@ def test_lockstep_exact_on_the_torch_path(model: str, monkeypatch: pytest.Monkey
     """The CPU path without the interpreter (plain torch in every kernel wrapper) agrees as well."""
     import kvarena.gpu.kernels as kernels
 
-    monkeypatch.setattr(kernels, "interpreted", lambda kernel: False)
+    monkeypatch.setattr(kernels.common, "interpreted", lambda kernel: False)
     moved = 0
     for seed in (1, 2):
         ls = Lockstep(model, seed)

@@ -140,7 +140,7 @@ def check_zeroing(mod: types.ModuleType, path: str) -> None:
         factory = cls
     with contextlib.ExitStack() as stack:
         if path == "torch":
-            stack.enter_context(mock.patch.object(kernels, "interpreted", lambda kernel: False))
+            stack.enter_context(mock.patch.object(kernels.common, "interpreted", lambda kernel: False))
         for model in ("toy-tri", "toy-state"):
             a = factory(ArenaConfig(preset(model), 8192, page_size=2, max_context_len=8))
             a.mem.raw.fill_(0xFF)
@@ -211,7 +211,7 @@ def check_below(mod: types.ModuleType, path: str) -> None:
 
     with contextlib.ExitStack() as stack:
         if path == "torch":
-            stack.enter_context(mock.patch.object(kernels, "interpreted", lambda kernel: False))
+            stack.enter_context(mock.patch.object(kernels.common, "interpreted", lambda kernel: False))
         if mod is not planner_mod:
             for importer in GPU_MODULES:
                 for name, home in imported_names(importer, planner_mod).items():
@@ -266,7 +266,7 @@ def check_error_table(mod: types.ModuleType, path: str) -> None:
 
     with contextlib.ExitStack() as stack:
         if path == "torch":
-            stack.enter_context(mock.patch.object(kernels, "interpreted", lambda kernel: False))
+            stack.enter_context(mock.patch.object(kernels.common, "interpreted", lambda kernel: False))
         bad = failures("gpu", getattr(mod, "make", allocator_mod.make))
     if bad:
         raise AssertionError(f"{len(bad)} rows of the error table fail on gpu/: " + "; ".join(bad[:3]))
@@ -562,7 +562,7 @@ def applied(m: Mutant, path: str = "torch") -> Iterator[Callable]:
         assert kernels.interpreted(getattr(mod, KERNELS[m.module])), f"{m.name}: the mutated kernel is compiled"
     with contextlib.ExitStack() as stack:
         if path == "torch":
-            stack.enter_context(mock.patch.object(kernels, "interpreted", lambda kernel: False))
+            stack.enter_context(mock.patch.object(kernels.common, "interpreted", lambda kernel: False))
         if m.module is allocator_mod:
             yield mod.make
             return

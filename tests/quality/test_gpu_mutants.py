@@ -97,7 +97,7 @@ def test_unmutated_allocator_passes_the_kill_budget(path: str, steps: int, machi
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """The same examples the kills run pass on the real allocator: a kill is the mutant's doing."""
     if path == "torch":
-        monkeypatch.setattr(kernels, "interpreted", lambda kernel: False)
+        monkeypatch.setattr(kernels.common, "interpreted", lambda kernel: False)
     RUNNERS[machine](allocator_mod.make, "exact", _kill_settings(path, steps, machine))
 
 
@@ -115,3 +115,16 @@ def test_mutants_cover_required_bugs() -> None:
 def test_mutant_snippet_still_present(mutant) -> None:
     """A refactor that removes a mutant's snippet must update the mutant, not retire it silently."""
     source_of(mutant)
+
+
+def test_forcing_the_torch_path_takes_effect(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The torch-path mutants patch ``kernels.common.interpreted``, where ``use_triton`` looks it up: a patch of a
+    re-export would leave the interpreter path running and the torch-path mutants alive for the wrong reason."""
+    import torch
+
+    from kvarena.gpu.kernels import move
+
+    cpu = torch.zeros(1)
+    assert kernels.use_triton(move.move_pages_kernel, cpu)  # interpreted: the Triton path
+    monkeypatch.setattr(kernels.common, "interpreted", lambda kernel: False)
+    assert not kernels.use_triton(move.move_pages_kernel, cpu)
