@@ -37,29 +37,37 @@ from kvarena.gpu.staging import Staging
 from kvarena.gpu.tables import Tables
 from kvarena.spec.errors import (
     CapacityTooSmallError,
-    DoubleFreeError,
-    DuplicateOwnerError,
-    DuplicateUserError,
     InvalidArgumentError,
     InvariantViolation,
     ReleaseWithoutAcquireError,
-    UnknownOwnerError,
     UnknownPageError,
 )
 from kvarena.spec.guards import (
     ceil_div,
     check_below,
     check_class,
+    check_demand,
     check_hashable_id,
     check_ids,
     check_out_width,
     check_tag,
     check_tokens,
+    guard_acquire,
+    guard_admit,
+    guard_budget,
+    guard_copy_state,
+    guard_drop,
+    guard_extend,
+    guard_free,
+    guard_max_moves,
+    guard_release,
+    guard_row,
+    guard_share,
+    guard_slide,
     is_int,
-    state_slots_error,
 )
 from kvarena.spec.layout import Kind
-from kvarena.spec.models import ArenaConfig, chain, worst_case_demand
+from kvarena.spec.models import ArenaConfig, Shape, chain, worst_case_demand
 from kvarena.spec.types import Admission, Hold, Mode, Observation, Plan, Rung, User, UserKind
 
 _NONE = np.zeros(0, dtype=np.int64)
@@ -70,6 +78,24 @@ def _is_id(x: object) -> bool:
     return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
 
 
+class _Held(Mapping):
+    """An owner's pages per class, read from the owner log when the guard asks for a class (lazily: a decode
+    step's extend reads only its recurrent classes)."""
+
+    def __init__(self, arena: GpuArena, row: int) -> None:
+        self.a, self.row = arena, row
+
+    def __getitem__(self, cls: str) -> set[int]:
+        o = self.a.owners
+        return set(o.vid[o.entries(self.row, self.a.cidx[cls])].tolist())
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self.a.order)
+
+    def __len__(self) -> int:
+        return len(self.a.order)
+
+
 class GpuArena(BatchOps, MoveOps):
     """The unified arena on a torch device; the same observable behaviour as the spec, to the slot."""
 
@@ -77,6 +103,7 @@ class GpuArena(BatchOps, MoveOps):
                  events: Any = None, graph_width: int | None = None, page_width: int | None = None) -> None:
         config.validate()
         self.config = config
+        self.shape = Shape.of(config)  # what the guards read of the configuration
         self.capacity = config.capacity
         classes = chain(config.model)
         self.order = [c.name for c in classes]
@@ -137,74 +164,33 @@ class GpuArena(BatchOps, MoveOps):
     # =========================================================================================
     # Validation (raises before anything changes)
 
+    # -- what the guards (spec/guards.py: one sequence per operation, every implementation) ask ------------
+    def class_of(self, vid: int) -> str | None:
+        loc = self._loc(vid)
+        return None if loc is None else loc[0]
+
+    def pages_of(self, owner: object) -> Mapping[str, set[int]] | None:
+        row = self.owners.rows.get(owner)  # type: ignore[call-overload]
+        return None if row is None else _Held(self, row)
+
+    def user_live(self, user: object) -> bool:
+        return user in self.users
+
     def _demand(self, demand: Mapping[str, int]) -> dict[str, int]:
-        if not isinstance(demand, Mapping):
-            raise InvalidArgumentError(f"demand must be a mapping class -> pages, got {type(demand).__name__}")
-        out: dict[str, int] = {}
-        for cls, n in demand.items():
-            if cls not in self.bands:
-                raise InvalidArgumentError(f"demand names class {cls!r}; use one of {self.order}")
-            if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 0:
-                raise InvalidArgumentError(f"demand for {cls!r} must be an int >= 0 pages, got {n!r}")
-            if n > self.bands[cls].top:
-                raise InvalidArgumentError(f"demand of {n} {cls!r} pages exceeds the {self.bands[cls].top} pages "
-                                           "the whole arena holds; split the request or raise capacity")
-            if n:
-                out[cls] = int(n)
-        total = sum(n * self.bands[c].page_bytes for c, n in out.items())
-        if total > self.capacity:
-            raise InvalidArgumentError(f"demand of {total} B exceeds the arena's {self.capacity} B and can never "
-                                       "fit; split the request or raise capacity")
-        return out
-
-    def _ids(self, vids: Sequence[int], what: str) -> list[int]:
-        return check_ids(vids, what, _is_id)
-
-    def _bound(self, vids: Sequence[int], what: str) -> list[int]:
-        vids = self._ids(vids, what)
-        if len(set(vids)) != len(vids):
-            raise InvalidArgumentError(f"{what}: duplicate virtual page ids {sorted(vids)}; name each page once")
-        for v in vids:
-            if self._loc(v) is None:
-                raise UnknownPageError(f"{what}: virtual page {v} is not bound (never allocated or already "
-                                       "freed); pass only pages returned by admit/extend and still owned")
-        return [int(v) for v in vids]
-
-    def _not_state(self, vids: Sequence[int], what: str) -> None:
-        """A recurrent page is one owner's state: never shared (prefix caching copies it: ``copy_state``)."""
-        state = [v for v in vids if self.vcls[v] in self._state_cols]
-        if state:
-            raise InvalidArgumentError(f"{what}: page {state[0]} is recurrent state "
-                                       f"({self.order[self.vcls[state[0]]]!r}), which one owner holds alone; give "
-                                       "the other owner its own copy with copy_state(owner, src) instead of sharing it")
-
-    def _state_slots(self, owner: str, row: int | None, demand: Mapping[str, int]) -> None:
-        """An owner holds at most ``config.recurrent_slots`` recurrent pages (its own plus the new ones)."""
-        cap = self.config.recurrent_slots
-        for cls, n in demand.items():
-            c = self.cidx[cls]
-            if c in self._state_cols:
-                have = len(self.owners.entries(row, c)) if row is not None else 0
-                if have + n > cap:
-                    raise state_slots_error(owner, have + n, cls, cap)
+        return check_demand(self.shape, demand, _is_id)
 
     def _below(self, below: Mapping[str, int] | None) -> dict[str, int] | None:
-        """The placement limit ``below`` as limit slots per class; None for no limit (spec/arena.md §Placement
-        limit, spec.errors.check_below: the reference's rules and messages). Raises before anything changes."""
-        ends = {c: (self.bands[c].page_bytes, self.bands[c].role is Role.LOW) for c in (self.order[0], self.order[-1])}
-        return check_below(below, ends, self.capacity, _is_id) or None
+        """The placement limit as limit slots per class; None for none (spec/arena.md §Placement limit)."""
+        return check_below(below, self.shape.ends, self.capacity, _is_id) or None
 
     def plan_admission(self, demand: Mapping[str, int], below: Mapping[str, int] | None = None) -> Plan:
         """What admitting ``demand`` would do, without doing it (read-only); ``below`` as for ``admit``."""
-        d = self._demand(demand)
+        d = check_demand(self.shape, demand, _is_id)
         return self.ladder.admission(d, self._below(below))
 
     def _row(self, owner: str) -> int:
-        check_hashable_id(owner, "owner")
-        row = self.owners.rows.get(owner)
-        if row is None:
-            raise UnknownOwnerError(f"owner {owner!r} holds no pages; admit it first")
-        return row
+        guard_free(self.shape, self, owner)  # a known owner: the one check every owner lookup makes
+        return self.owners.rows[owner]
 
     # =========================================================================================
     # Admission
@@ -214,16 +200,9 @@ class GpuArena(BatchOps, MoveOps):
         """A new owner with new pages per ``demand`` plus existing ``shared`` pages (a prefix-cache hit).
         ``below``: class -> byte offset, the placement limit: rung 1 takes that end band's holes on the anchor
         side of the byte first, nearest it first (spec/arena.md §Placement limit)."""
-        check_hashable_id(owner, "owner")
-        self.poll()
-        if owner in self.owners:
-            raise DuplicateOwnerError(f"owner {owner!r} is already admitted; use extend() to grow it, or free() "
-                                      "it first")
-        d = self._demand(demand)
-        shared = self._bound(shared, f"admit({owner!r}) shared")
-        self._not_state(shared, f"admit({owner!r}, shared=)")
-        self._state_slots(owner, None, d)
-        plan = self.ladder.admission(d, self._below(below))
+        self.poll()  # first: a refused call changes nothing beyond it (spec §Ledger, Event users)
+        d, shared, limits = guard_admit(self.shape, self, owner, demand, shared, below, _is_id)
+        plan = self.ladder.admission(d, limits or None)
         pages = self._apply(plan)
         row = self.owners.add(owner)
         new = [v for c in self.order for v in pages.get(c, ())]
@@ -233,10 +212,9 @@ class GpuArena(BatchOps, MoveOps):
     def extend(self, owner: str, demand: Mapping[str, int], below: Mapping[str, int] | None = None) -> Admission:
         """More pages for an existing owner (decode growth, a longer prefill); ``below`` as for ``admit``."""
         self.poll()
-        row = self._row(owner)
-        d = self._demand(demand)
-        self._state_slots(owner, row, d)
-        plan = self.ladder.admission(d, self._below(below))
+        d, limits = guard_extend(self.shape, self, owner, demand, below, _is_id)
+        row = self.owners.rows[owner]
+        plan = self.ladder.admission(d, limits or None)
         pages = self._apply(plan)
         self._hold(row, np.array([v for c in self.order for v in pages.get(c, ())], dtype=np.int64))
         return Admission({c: tuple(vs) for c, vs in pages.items()}, plan)
@@ -250,9 +228,7 @@ class GpuArena(BatchOps, MoveOps):
     def compact(self, max_moves: int | None = None) -> Plan:
         """Rung 2 alone (idle-time flush): pack the end bands, at most ``max_moves`` moves."""
         self.poll()
-        if max_moves is not None and (not isinstance(max_moves, int) or isinstance(max_moves, bool)
-                                      or max_moves < 0):
-            raise InvalidArgumentError(f"compact: max_moves must be None or an int >= 0, got {max_moves!r}")
+        guard_max_moves(max_moves)
         moves, _ = self.ladder.compact_ends(self.ladder.views(), max_moves)
         plan = self.ladder.plan(Rung.COMPACT if moves else Rung.NONE, moves)
         self._apply(plan)
@@ -262,9 +238,7 @@ class GpuArena(BatchOps, MoveOps):
         """The idle-time flush (SGLang's ``flush_opportunistic``, called between steps): the full flush of the end
         bands, low band first, moving at most ``budget_bytes`` of pages (each move costs its page's bytes)."""
         self.poll()
-        if not is_int(budget_bytes) or budget_bytes < 0:
-            raise InvalidArgumentError(f"flush_idle: budget_bytes must be an int >= 0 (bytes this call may move), "
-                                       f"got {budget_bytes!r}")
+        guard_budget(budget_bytes)
         moves, _ = self.ladder.compact_ends(self.ladder.views(), None, budget_bytes)
         plan = self.ladder.plan(Rung.COMPACT if moves else Rung.NONE, moves)
         self._apply(plan)
@@ -382,34 +356,19 @@ class GpuArena(BatchOps, MoveOps):
 
     def share(self, owner: str, vids: Sequence[int]) -> None:
         """``owner`` (e.g. the prefix cache) also holds ``vids``; creates the owner if new."""
-        check_hashable_id(owner, "owner")
         self.poll()
-        vids = self._bound(vids, f"share({owner!r})")
-        self._not_state(vids, f"share({owner!r})")
+        vids = guard_share(self.shape, self, owner, vids, _is_id)
         row = self.owners.rows.get(owner)
-        if row is not None:
-            mine = set(self.owners.vid[self.owners.entries(row)].tolist())
-            dup = [v for v in vids if v in mine]
-            if dup:
-                raise InvalidArgumentError(f"share({owner!r}): already holds {dup}; an owner holds a page once, so "
-                                           "drop it first or pass only pages it does not hold")
-        else:
+        if row is None:
             row = self.owners.add(owner)
         self._hold(row, np.array(vids, dtype=np.int64))
 
     def drop(self, owner: str, vids: Sequence[int]) -> list[int]:
         """``owner`` lets go of ``vids``; returns the pages whose last owner that was (now freed)."""
         self.poll()
-        row = self._row(owner)
-        vids = self._ids(vids, f"drop({owner!r})")
-        if len(set(vids)) != len(vids):
-            raise InvalidArgumentError(f"drop({owner!r}): duplicate ids {sorted(vids)}; name each page once")
+        vids = guard_drop(self.shape, self, owner, vids, _is_id)
+        row = self.owners.rows[owner]
         idx = self.owners.entries(row)
-        mine = set(self.owners.vid[idx].tolist())
-        missing = [v for v in vids if self._loc(v) is None or v not in mine]
-        if missing:
-            raise DoubleFreeError(f"drop({owner!r}): owner does not hold {missing} (double free, or another "
-                                  "owner's page); drop only pages this owner holds")
         arr = np.array(vids, dtype=np.int64)
         self.owners.kill(idx[np.isin(self.owners.vid[idx], arr)])
         if self.ptab is not None:
@@ -419,14 +378,9 @@ class GpuArena(BatchOps, MoveOps):
     def slide(self, owner: str, cls: str, n: int) -> list[int]:
         """Drop the ``n`` oldest ``cls`` pages ``owner`` holds (window pages that slid out)."""
         self.poll()
-        row = self._row(owner)
-        if cls not in self.bands:
-            raise InvalidArgumentError(f"slide: unknown class {cls!r}; use one of {self.order}")
-        idx = self.owners.entries(row, self.cidx[cls])
-        if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n <= len(idx):
-            raise InvalidArgumentError(f"slide({owner!r}, {cls!r}, {n!r}): owner holds {len(idx)} {cls} "
-                                       f"pages; n must be in [0, {len(idx)}]")
-        idx = idx[:n]
+        n = guard_slide(self.shape, self, owner, cls, n)
+        row = self.owners.rows[owner]
+        idx = self.owners.entries(row, self.cidx[cls])[:n]
         out = self.owners.vid[idx].copy()
         self.owners.kill(idx)
         if self.ptab is not None:
@@ -436,7 +390,8 @@ class GpuArena(BatchOps, MoveOps):
     def free(self, owner: str) -> list[int]:
         """``owner`` lets go of every page it holds, all classes; the owner is forgotten."""
         self.poll()
-        row = self._row(owner)
+        guard_free(self.shape, self, owner)
+        row = self.owners.rows[owner]
         idx = self.owners.held_sorted(row)
         vids = self.owners.vid[idx].copy()
         self.owners.kill(idx)
@@ -482,18 +437,8 @@ class GpuArena(BatchOps, MoveOps):
         With ``event`` (a ``torch.cuda.Event`` recorded behind the user's work, or anything with ``query()``),
         the user is released by the allocator itself at the first call after ``event.query()`` is true:
         polled, never waited on (overlap scheduling)."""
-        check_hashable_id(user, "ledger user")
         self.poll()
-        if user in self.users:
-            raise DuplicateUserError(f"ledger user {user!r} is live; release it first or pick a fresh id")
-        if not isinstance(kind, UserKind):
-            raise InvalidArgumentError(f"acquire: kind must be a UserKind, got {kind!r}")
-        if event is not None and not callable(getattr(event, "query", None)):
-            raise InvalidArgumentError(f"acquire: event must have query() (a torch.cuda.Event), got {event!r}")
-        vids = self._bound(vids, f"acquire({user!r})")
-        if not vids:
-            raise InvalidArgumentError(f"acquire({user!r}): no pages; a ledger user holds at least one page, so "
-                                       "pass the pages it reads or writes (or do not acquire)")
+        vids = guard_acquire(self.shape, self, user, kind, vids, event, _is_id)
         holds = tuple(Hold(*self._loc(v), v) for v in vids)  # type: ignore[misc]
         self.users[user] = User(kind, holds, event)
         counts = self.ledger.writers if kind.mode is Mode.WRITE else self.ledger.readers
@@ -515,6 +460,7 @@ class GpuArena(BatchOps, MoveOps):
         check_hashable_id(user, "ledger user")
         if user not in self.users:
             self.poll()
+        guard_release(self, user)
         self._release(user)
         self.poll()
 
@@ -540,16 +486,8 @@ class GpuArena(BatchOps, MoveOps):
     # Data: tags as real bytes in the rows
 
     def _page_row(self, vid: int, entry: int, row: int) -> tuple[str, int]:
-        self._ids([vid], "write/read")
-        loc = self._loc(vid)
-        if loc is None:
-            raise UnknownPageError(f"virtual page {vid} is not bound; write/read only live pages")
-        cls, slot = loc
-        n_e, n_r = self.mem.epp[cls], len(self.mem.layouts[cls].slots)
-        if not (is_int(entry) and is_int(row) and 0 <= entry < n_e and 0 <= row < n_r):
-            raise InvalidArgumentError(f"page {vid} ({cls}) got entry {entry!r}, row {row!r}; pass an int entry in "
-                                       f"[0, {n_e}) and an int row in [0, {n_r})")
-        return cls, slot
+        guard_row(self.shape, self, vid, entry, row, "write/read", _is_id)
+        return self._loc(vid)  # type: ignore[return-value]
 
     def write(self, vid: int, entry: int, row: int, tag: int) -> None:
         """Write ``tag``'s bytes into one row of one entry of page ``vid``, through the row's typed view."""
@@ -571,7 +509,7 @@ class GpuArena(BatchOps, MoveOps):
     # Queries
 
     def translate(self, vid: int) -> tuple[str, int]:
-        self._ids([vid], "translate")
+        check_ids([vid], "translate", _is_id)
         loc = self._loc(vid)
         if loc is None:
             raise UnknownPageError(f"translate: virtual page {vid} is not bound; translate only pages returned by "
@@ -676,23 +614,9 @@ class GpuArena(BatchOps, MoveOps):
         (prefix caching of recurrent state: SGLang's mamba-pool fork), placed like ``extend(owner, {cls: 1})``:
         the ladder's plan, then one page copy (``kernels.copy``) from wherever the plan left ``src``."""
         from kvarena.gpu.kernels.copy import copy_pages
-        from kvarena.spec.layout import Kind
-
-        check_hashable_id(owner, "owner")
         self.poll()
-        if not is_int(src):
-            raise InvalidArgumentError(f"copy_state({owner!r}): virtual page ids must be ints, got {src!r} "
-                                       f"({type(src).__name__}); pass the ids admit/extend returned")
-        (src,) = self._bound([src], f"copy_state({owner!r})")
-        cls = self.order[int(self.vcls[src])]
-        if self.config.model.cls(cls).kind is not Kind.RECURRENT:
-            raise InvalidArgumentError(f"copy_state({owner!r}, {src}): page {src} is a {cls!r} page, not recurrent "
-                                       "state; token pages are shared, not copied: use share(owner, [src])")
+        src, cls = guard_copy_state(self.shape, self, owner, src, _is_id)
         row = self.owners.rows.get(owner)
-        have = len(self.owners.entries(row, self.cidx[cls])) if row is not None else 0
-        cap = self.config.recurrent_slots
-        if have + 1 > cap:
-            raise state_slots_error(owner, have + 1, cls, cap)
         plan = self.ladder.admission({cls: 1})
         (vid,) = self._apply(plan)[cls]
         copy_pages(self.mem.words, [int(self.vslot[src])], [int(self.vslot[vid])], self.bands[cls].page_bytes)

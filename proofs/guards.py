@@ -55,7 +55,7 @@ NOT_A_PLAN_RULE: dict[tuple[str, str], str] = {
     ("admit", "reuse-bound-id"): "the virtual id comes from the arena's free-id heap after validation, not from "
                                  "the plan",
     ("copy_state", "reuse-bound-id"): "the virtual id comes from the arena's free-id heap, not from the plan",
-    ("extend", "over-slots"): "recurrent_slots is checked by extend before planning (_check_state_slots)",
+    ("extend", "over-slots"): "recurrent_slots is checked by extend before planning (spec/guards.py guard_extend)",
     ("copy_state", "copy-over-slots"): "recurrent_slots is checked by copy_state before planning",
 }
 

@@ -35,6 +35,7 @@ from sortedcontainers import SortedList
 
 import kvarena.reference.arena as arena_mod
 import kvarena.reference.bands as bands_mod
+import kvarena.spec.guards as guards_mod
 from kvarena.proofs import model as M
 from kvarena.proofs import transitions as T
 from kvarena.proofs.witness import NOT_MODELLED, WITNESS_CONFIG, WITNESS_DOMAIN, Witness
@@ -65,7 +66,8 @@ EDITS: dict[str, tuple[str, str, str]] = {
     "release-loses-slot": ("arena",
                            "                band.withheld.discard(h.slot)\n                band.holes.add(h.slot)",
                            "                band.withheld.discard(h.slot)"),
-    "write-unchecked-row": ("arena", "and 0 <= entry < n_entries and 0 <= row < n_rows)", ")"),
+    "write-unchecked-row": ("guards", " and 0 <= entry < n_e and 0 <= row < n_r):  # type: ignore[operator]",
+                            "):  # type: ignore[operator]"),
     "stale-v2p": ("arena", "self.v2p[vid] = (m.cls, m.dst)", "pass"),
     "partial-layer-move": ("arena", "data = self.content.pop((m.cls, m.src), None)",
                            "whole = self.content.get((m.cls, m.src))\n"
@@ -96,10 +98,15 @@ EDITS: dict[str, tuple[str, str, str]] = {
                                    "            k = self.hole_run(self.lo, 1)",
                           "        if self.lo < self.hi:\n            k = self.hole_run(self.lo, 1)"),
 
-    "share-state": ("arena", '        self._check_not_state(vids, f"share({owner!r})")\n', ""),
-    "over-slots": ("arena", "        d = self._check_demand(demand)\n        self._check_state_slots(owner, held, d)\n",
-                   "        d = self._check_demand(demand)\n"),
-    "copy-over-slots": ("arena", "        self._check_state_slots(owner, held, {cls: 1})\n", ""),
+    # the guards are spec/guards.py's, one sequence for every implementation: their edits are planted there and the
+    # edited functions rebound in the arena module for the step
+    "share-state": ("guards", "    check_not_state(got, v.class_of, s.is_state, f\"share({owner!r})\")"
+                              "  # type: ignore[arg-type]\n", ""),
+    "over-slots": ("guards", "    d = check_demand(s, demand, is_id)\n"
+                             "    check_state_slots(owner, held, d, s.is_state, s.recurrent_slots)\n",
+                   "    d = check_demand(s, demand, is_id)\n"),
+    "copy-over-slots": ("guards", "    check_state_slots(owner, v.pages_of(owner), {cls: 1}, s.is_state, "
+                                  "s.recurrent_slots)\n", ""),
     "copy-off-by-one": ("arena", "            self.content[self.v2p[vid]] = dict(rows)",
                         "            self.content[(cls, self.v2p[vid][1] + 1)] = dict(rows)"),
 }
@@ -118,7 +125,7 @@ MIRRORED: dict[str, str] = {
     "init-skips-floor": "Arena construction with _check_floor skipped",
     "init-high-unanchored": "the high band constructed at slot 0",
 }
-_MODULES = {"arena": arena_mod, "bands": bands_mod}
+_MODULES = {"arena": arena_mod, "bands": bands_mod, "guards": guards_mod}
 
 
 @cache
@@ -374,7 +381,7 @@ def replay_mutant(w: Witness, m: T.Mutant, inv: str) -> str:
             band_cls = mutated(m.name).Band
             for b in a.bands.values():
                 b.__class__ = band_cls
-        with _validator_off(a):
+        with _validator_off(a), _guards_edited(m.name):
             did = _step(a, w, m.name)
     try:
         INVARIANTS[inv](a)
@@ -385,6 +392,20 @@ def replay_mutant(w: Witness, m: T.Mutant, inv: str) -> str:
         return f"{e} [{how}]" if m.transition == "init" else f"{did} -> {e} [{how}]"
     raise ReplayMismatch(f"{m.name}: Z3 found a state where {inv} fails, but the reference's predicate accepts "
                          "the replayed state")
+
+
+@contextlib.contextmanager
+def _guards_edited(name: str) -> Iterator[None]:
+    """For an edit of spec/guards.py: the arena module's guard functions rebound to the edited copy's."""
+    if name not in EDITS or EDITS[name][0] != "guards":
+        yield
+        return
+    mod = mutated(name)
+    with contextlib.ExitStack() as stack:
+        for n, obj in vars(arena_mod).items():
+            if n.startswith("guard_") and vars(guards_mod).get(n) is obj:
+                stack.enter_context(mock.patch.object(arena_mod, n, getattr(mod, n)))
+        yield
 
 
 def _init_arena(w: Witness, m: T.Mutant) -> Arena:

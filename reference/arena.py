@@ -36,29 +36,37 @@ from kvarena.reference.validate import policy_call, validate_plan
 from kvarena.spec.errors import (
     AdmissionRejectedError,
     CapacityTooSmallError,
-    DoubleFreeError,
-    DuplicateOwnerError,
-    DuplicateUserError,
     InvalidArgumentError,
     ReleaseWithoutAcquireError,
-    UnknownOwnerError,
     UnknownPageError,
 )
 from kvarena.spec.guards import (
     ceil_div,
     check_below,
+    check_bound,
     check_class,
+    check_demand,
     check_hashable_id,
     check_ids,
-    check_not_state,
     check_out_width,
-    check_state_slots,
     check_tag,
     check_tokens,
+    guard_acquire,
+    guard_admit,
+    guard_budget,
+    guard_copy_state,
+    guard_drop,
+    guard_extend,
+    guard_free,
+    guard_max_moves,
+    guard_release,
+    guard_row,
+    guard_share,
+    guard_slide,
     is_int,
 )
 from kvarena.spec.layout import Kind, entries_per_page, entry_layout
-from kvarena.spec.models import ArenaConfig, chain, worst_case_demand
+from kvarena.spec.models import ArenaConfig, Shape, chain, worst_case_demand
 from kvarena.spec.sizing import least, size_ends
 from kvarena.spec.types import Admission, Hold, Mode, Move, Plan, Role, Rung, User, UserKind
 
@@ -85,6 +93,7 @@ class Arena:
         self.policy: Policy = policy if policy is not None else Ladder()
         self.capacity = config.capacity
         self.classes = {c.name: c for c in config.model.classes}
+        self.shape = Shape.of(config)  # what the guards read of the configuration
         self.layouts = {n: entry_layout(c) for n, c in self.classes.items()}
         order = chain(config.model)
         self.bands: dict[str, Band] = {}
@@ -132,57 +141,30 @@ class Arena:
         return [self.bands[n] for n in self.order]
 
     # =========================================================================================
-    # Validation helpers (raise before anything mutates)
+    # The guards (spec/guards.py, one sequence per operation for every implementation) ask these
+
+    def class_of(self, vid: int) -> str | None:
+        page = self.v2p.get(vid)
+        return None if page is None else page[0]
+
+    def pages_of(self, owner: object) -> dict[str, dict[int, None]] | None:
+        return self.owners.get(owner)
+
+    def user_live(self, user: object) -> bool:
+        return user in self.users
 
     def _check_demand(self, demand: Mapping[str, int]) -> dict[str, int]:
-        if not isinstance(demand, Mapping):
-            raise InvalidArgumentError(f"demand must be a mapping class -> pages, got {type(demand).__name__}")
-        out: dict[str, int] = {}
-        for cls, n in demand.items():
-            if cls not in self.bands:
-                raise InvalidArgumentError(f"demand names class {cls!r}; use one of {self.order}")
-            if not isinstance(n, int) or isinstance(n, bool) or n < 0:
-                raise InvalidArgumentError(f"demand for {cls!r} must be an int >= 0 pages, got {n!r}")
-            band = self.bands[cls]
-            if n > band.top:
-                raise InvalidArgumentError(
-                    f"demand of {n} {cls!r} pages exceeds the {band.top} pages the whole arena holds; "
-                    "split the request or raise capacity")
-            if n:
-                out[cls] = n
-        total = sum(n * self.bands[c].page_bytes for c, n in out.items())
-        if total > self.capacity:
-            raise InvalidArgumentError(f"demand of {total} B exceeds the arena's {self.capacity} B and can "
-                                       "never fit; split the request or raise capacity")
-        return out
+        return check_demand(self.shape, demand)
 
     def _check_vids(self, vids: Sequence[int], what: str) -> list[int]:
-        vids = check_ids(vids, what)
-        if len(set(vids)) != len(vids):
-            raise InvalidArgumentError(f"{what}: duplicate virtual page ids {sorted(vids)}; name each page once")
-        for v in vids:
-            if v not in self.v2p:
-                raise UnknownPageError(f"{what}: virtual page {v} is not bound (never allocated or already "
-                                       "freed); pass only pages returned by admit/extend and still owned")
-        return vids
+        return check_bound(self, vids, what)
 
     def _is_state(self, cls: str) -> bool:
         return self.classes[cls].kind is Kind.RECURRENT
 
-    def _check_not_state(self, vids: Sequence[int], what: str) -> None:
-        check_not_state(vids, lambda v: self.v2p[v][0], self._is_state, what)
-
-    def _check_state_slots(self, owner: str, held: Mapping[str, Mapping[int, None]] | None,
-                           demand: Mapping[str, int]) -> None:
-        check_state_slots(owner, held, demand, self._is_state, self.config.recurrent_slots)
-
     def _owner(self, owner: str) -> dict[str, dict[int, None]]:
-        check_hashable_id(owner, "owner")
-        try:
-            return self.owners[owner]
-        except KeyError:
-            raise UnknownOwnerError(f"owner {owner!r} holds no pages; admit it first "
-                                    f"(known owners: {len(self.owners)})") from None
+        guard_free(self.shape, self, owner)  # a known owner: the one check every owner lookup makes
+        return self.owners[owner]
 
     # =========================================================================================
     # Admission: admit / extend
@@ -192,15 +174,8 @@ class Arena:
         """Register ``owner`` with new pages per ``demand`` plus existing ``shared`` pages (prefix hit); ``below``:
         the engine's placement limit per end-band class, in bytes (§Placement limit)."""
         self.poll()  # first: a refused call changes nothing beyond it (spec §Ledger, Event users)
-        check_hashable_id(owner, "owner")
-        if owner in self.owners:
-            raise DuplicateOwnerError(f"owner {owner!r} is already admitted; use extend() to grow it, or "
-                                      "free() it first")
-        d = self._check_demand(demand)
-        shared = self._check_vids(shared, f"admit({owner!r}) shared")
-        self._check_not_state(shared, f"admit({owner!r}, shared=)")
-        self._check_state_slots(owner, None, d)
-        plan = self._plan_admission(d, self._check_below(below))
+        d, shared, limits = guard_admit(self.shape, self, owner, demand, shared, below)
+        plan = self._plan_admission(d, limits)
         pages = self._apply(plan)
         held: dict[str, dict[int, None]] = {c: {} for c in self.order}
         for v in shared:
@@ -216,10 +191,9 @@ class Arena:
     def extend(self, owner: str, demand: Mapping[str, int], below: Mapping[str, int] | None = None) -> Admission:
         """More pages for an existing owner (decode growth); ``below`` as in ``admit``."""
         self.poll()  # first: a refused call changes nothing beyond it (spec §Ledger, Event users)
-        held = self._owner(owner)
-        d = self._check_demand(demand)
-        self._check_state_slots(owner, held, d)
-        plan = self._plan_admission(d, self._check_below(below))
+        d, limits = guard_extend(self.shape, self, owner, demand, below)
+        held = self.owners[owner]
+        plan = self._plan_admission(d, limits)
         pages = self._apply(plan)
         for c, vs in pages.items():
             held[c].update(dict.fromkeys(vs))
@@ -228,8 +202,8 @@ class Arena:
 
     def plan_admission(self, demand: Mapping[str, int], below: Mapping[str, int] | None = None) -> Plan:
         """What admitting ``demand`` would do, without doing it (read-only)."""
-        d = self._check_demand(demand)
-        return self._plan_admission(d, self._check_below(below))
+        d = check_demand(self.shape, demand)
+        return self._plan_admission(d, check_below(below, self.shape.ends, self.capacity))
 
     def _plan_admission(self, demand: dict[str, int], limits: dict[str, int] | None = None) -> Plan:
         """The policy's plan for a validated demand, checked against the spec's rules before use; ``limits``
@@ -244,11 +218,6 @@ class Arena:
             plan = policy_call("plan", lambda: self.policy.plan(self, demand))
         validate_plan(self, plan, demand)
         return plan
-
-    def _check_below(self, below: Mapping[str, int] | None) -> dict[str, int]:
-        """``below`` as limit slots per class (§Placement limit), or a typed error before anything changes."""
-        ends = {c: (self.bands[c].page_bytes, self.bands[c].role is Role.LOW) for c in (self.order[0], self.order[-1])}
-        return check_below(below, ends, self.capacity)
 
     def ladder(self, demand: dict[str, int], below: Mapping[str, int] | None = None, *,
                max_rung: Rung = Rung.RELAYOUT, relayout_budget: int | None = None, full: bool = False) -> Plan:
@@ -511,16 +480,9 @@ class Arena:
     def share(self, owner: str, vids: Sequence[int]) -> None:
         """``owner`` (e.g. the prefix cache) also holds ``vids``; creates the owner if new."""
         self.poll()  # first: a refused call changes nothing beyond it (spec §Ledger, Event users)
-        check_hashable_id(owner, "owner")
-        vids = self._check_vids(vids, f"share({owner!r})")
-        self._check_not_state(vids, f"share({owner!r})")
+        vids = guard_share(self.shape, self, owner, vids)
         held = self.owners.get(owner)
-        if held is not None:
-            dup = [v for v in vids if v in held[self.v2p[v][0]]]
-            if dup:
-                raise InvalidArgumentError(f"share({owner!r}): already holds {dup}; an owner holds a page once, "
-                                           "so drop it first or pass only pages it does not hold")
-        else:
+        if held is None:
             held = {c: {} for c in self.order}
             self.owners[owner] = held
         for v in vids:
@@ -531,14 +493,8 @@ class Arena:
         """``owner`` (created if new) gets a new recurrent page holding a copy of every row of page ``src``
         (prefix caching of recurrent state: SGLang's mamba-pool fork). Placed like ``extend(owner, {cls: 1})``."""
         self.poll()  # first: a refused call changes nothing beyond it (spec §Ledger, Event users)
-        check_hashable_id(owner, "owner")
-        (src,) = self._check_vids([src], f"copy_state({owner!r})")
-        cls = self.v2p[src][0]
-        if not self._is_state(cls):
-            raise InvalidArgumentError(f"copy_state({owner!r}, {src}): page {src} is a {cls!r} page, not recurrent "
-                                       "state; token pages are shared, not copied: use share(owner, [src])")
+        src, cls = guard_copy_state(self.shape, self, owner, src)
         held = self.owners.get(owner)
-        self._check_state_slots(owner, held, {cls: 1})
         plan = self._plan_admission({cls: 1})
         (vid,) = self._apply(plan)[cls]
         rows = self.content.get(self.v2p[src])  # after the plan's moves: src may have moved, its rows with it
@@ -553,31 +509,20 @@ class Arena:
     def drop(self, owner: str, vids: Sequence[int]) -> list[int]:
         """``owner`` lets go of ``vids``; pages whose last owner let go are freed. Returns those."""
         self.poll()  # first: a refused call changes nothing beyond it (spec §Ledger, Event users)
-        held = self._owner(owner)
-        vids = check_ids(vids, f"drop({owner!r})")
-        if len(set(vids)) != len(vids):
-            raise InvalidArgumentError(f"drop({owner!r}): duplicate ids {sorted(vids)}; name each page once")
-        missing = [v for v in vids if v not in self.v2p or v not in held[self.v2p[v][0]]]
-        if missing:
-            raise DoubleFreeError(f"drop({owner!r}): owner does not hold {missing} (double free, or another "
-                                  "owner's page); drop only pages this owner holds")
+        vids = guard_drop(self.shape, self, owner, vids)
         return self._unref(owner, vids)
 
     def slide(self, owner: str, cls: str, n: int) -> list[int]:
         """Drop the ``n`` oldest pages of ``cls`` that ``owner`` holds (window pages that slid out)."""
         self.poll()  # first: a refused call changes nothing beyond it (spec §Ledger, Event users)
-        held = self._owner(owner)
-        if cls not in self.bands:
-            raise InvalidArgumentError(f"slide: unknown class {cls!r}; use one of {self.order}")
-        if not isinstance(n, int) or isinstance(n, bool) or n < 0 or n > len(held[cls]):
-            raise InvalidArgumentError(f"slide({owner!r}, {cls!r}, {n!r}): owner holds {len(held[cls])} "
-                                       f"{cls} pages; n must be in [0, {len(held[cls])}]")
-        return self._unref(owner, list(islice(held[cls], n)))
+        n = guard_slide(self.shape, self, owner, cls, n)
+        return self._unref(owner, list(islice(self.owners[owner][cls], n)))
 
     def free(self, owner: str) -> list[int]:
         """``owner`` lets go of every page it holds (all classes); the owner is forgotten."""
         self.poll()  # first: a refused call changes nothing beyond it (spec §Ledger, Event users)
-        held = self._owner(owner)
+        guard_free(self.shape, self, owner)
+        held = self.owners[owner]
         vids = [v for c in self.order for v in held[c]]
         return self._unref(owner, vids, forget=True)
 
@@ -657,17 +602,7 @@ class Arena:
     def acquire(self, user: str, kind: UserKind, vids: Sequence[int], event: object = None) -> None:
         """``user`` (a forward pass, host copy or transfer) holds the physical pages of ``vids``."""
         self.poll()  # first: a refused call changes nothing beyond it (spec §Ledger, Event users)
-        check_hashable_id(user, "ledger user")
-        if user in self.users:
-            raise DuplicateUserError(f"ledger user {user!r} is live; release it first or pick a fresh id")
-        if not isinstance(kind, UserKind):
-            raise InvalidArgumentError(f"acquire: kind must be a UserKind, got {kind!r}")
-        vids = self._check_vids(vids, f"acquire({user!r})")
-        if not vids:
-            raise InvalidArgumentError(f"acquire({user!r}): no pages; a ledger user holds at least one page, so "
-                                       "pass the pages it reads or writes (or do not acquire)")
-        if event is not None and not callable(getattr(event, "query", None)):
-            raise InvalidArgumentError(f"acquire: event must have query() (a torch.cuda.Event), got {event!r}")
+        vids = guard_acquire(self.shape, self, user, kind, vids, event)
         holds = tuple(Hold(*self.v2p[v], v, self.gen[v]) for v in vids)
         self.users[user] = User(kind, holds, event)
         counter = self.writers if kind.mode is Mode.WRITE else self.readers
@@ -689,6 +624,7 @@ class Arena:
         check_hashable_id(user, "ledger user")
         if user not in self.users:
             self.poll()
+        guard_release(self, user)
         self._release(user)
         self.poll()
 
@@ -714,20 +650,14 @@ class Arena:
     # Data: content tags per row
 
     def _row_check(self, vid: int, entry: int, row: int) -> PhysPage:
-        # `type(x) is int` first: the invariant check reads every page's corners through here
-        if not (type(vid) is int or is_int(vid)):
-            check_ids([vid], "write/read")  # raises, with the message every id check gives
-        page = self.v2p.get(vid)
-        if page is None:
-            raise UnknownPageError(f"virtual page {vid} is not bound; write/read only live pages")
-        cls, slot = page
-        n_entries = entries_per_page(self.classes[cls], self.config.page_size)
-        n_rows = len(self.layouts[cls].slots)
-        if not ((type(entry) is int or is_int(entry)) and (type(row) is int or is_int(row))
-                and 0 <= entry < n_entries and 0 <= row < n_rows):
-            raise InvalidArgumentError(f"page {vid} ({cls}) got entry {entry}, row {row}; pass an entry in "
-                                       f"[0, {n_entries}) and a row in [0, {n_rows})")
-        return cls, slot
+        # the common case first, tested without building the guard's arguments (the invariant check reads every
+        # page's corners through here): exactly the cases in which guard_row passes
+        page = self.v2p.get(vid) if type(vid) is int else None
+        if page is not None and type(entry) is int and type(row) is int \
+                and 0 <= entry < self.shape.entries[page[0]] and 0 <= row < self.shape.rows[page[0]]:
+            return page
+        guard_row(self.shape, self, vid, entry, row, "write/read")  # raises, with the spec's message
+        return self.v2p[vid]  # (a subclass of int as an id: the guard accepts it)
 
     def write(self, vid: int, entry: int, row: int, tag: int) -> None:
         page = self._row_check(vid, entry, row)
@@ -762,9 +692,7 @@ class Arena:
         between steps, unified_sub_pool.py): the full flush of the end bands, low band first, moving at most
         ``budget_bytes`` of pages in this call.  The admission ladder itself never waits for it."""
         self.poll()  # first: a refused call changes nothing beyond it (spec §Ledger, Event users)
-        if not is_int(budget_bytes) or budget_bytes < 0:
-            raise InvalidArgumentError(f"flush_idle: budget_bytes must be an int >= 0 (bytes this call may move), "
-                                       f"got {budget_bytes!r}")
+        guard_budget(budget_bytes)
         moves: list[Move] = []
         left = budget_bytes
         for band in (self.bands[self.order[0]], self.bands[self.order[-1]]):
@@ -778,9 +706,7 @@ class Arena:
 
     @staticmethod
     def _check_max_moves(max_moves: int | None) -> None:
-        if max_moves is not None and (not isinstance(max_moves, int) or isinstance(max_moves, bool)
-                                      or max_moves < 0):
-            raise InvalidArgumentError(f"compact: max_moves must be None or an int >= 0, got {max_moves!r}")
+        guard_max_moves(max_moves)
 
     def relayout(self, demand: Mapping[str, int]) -> Plan:
         """Rung 3 on its own: move float bands to open room for ``demand`` without placing it."""

@@ -8,12 +8,12 @@ config (state dtypes, DSA index-key geometry, ...).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from kvarena.spec.errors import ConfigError
 from kvarena.spec.guards import check_config_int, check_config_ratio, is_int
-from kvarena.spec.layout import Kind, Row, StateClass, entry_layout, page_bytes
+from kvarena.spec.layout import Kind, Row, StateClass, entries_per_page, entry_layout, page_bytes
 
 # ---------------------------------------------------------------------------------------------
 # Row builders: one function per layer family, so a preset reads like its config.json.
@@ -192,6 +192,40 @@ class ArenaConfig:
                 or self.recurrent_slots < 1:
             raise ConfigError(f"recurrent_slots {self.recurrent_slots!r} must be an int >= 1 (recurrent pages one "
                               "owner may hold: 1, or 3 for SGLang's extra_buffer mode)")
+
+
+# What the operation guards (spec/guards.py) need of a configuration: the same for every implementation of it.
+@dataclass(frozen=True)
+class Shape:
+    """What the guards need of the configuration, the same for every implementation of it."""
+
+    order: tuple[str, ...]  # classes in chain order (low end first)
+    capacity: int
+    top: Mapping[str, int]  # pages on each class's grid
+    page_bytes: Mapping[str, int]
+    state: frozenset[str]  # the recurrent classes
+    entries: Mapping[str, int]  # entries per page
+    rows: Mapping[str, int]  # rows per entry
+    recurrent_slots: int
+
+    @classmethod
+    def of(cls, config: ArenaConfig) -> Shape:
+        """The shape of ``config`` (validated)."""
+        classes = chain(config.model)
+        pb = {c.name: config.page_bytes(c.name) for c in classes}
+        return cls(tuple(c.name for c in classes), config.capacity, {n: config.capacity // p for n, p in pb.items()},
+                   pb, frozenset(c.name for c in classes if c.kind is Kind.RECURRENT),
+                   {c.name: entries_per_page(c, config.page_size) for c in classes},
+                   {c.name: len(entry_layout(c).slots) for c in classes}, config.recurrent_slots)
+
+    def is_state(self, cls: str) -> bool:
+        return cls in self.state
+
+    @property
+    def ends(self) -> dict[str, tuple[int, bool]]:
+        """End-band class -> (page bytes, whether it is the low band): what a placement limit may name."""
+        return {self.order[0]: (self.page_bytes[self.order[0]], True),
+                self.order[-1]: (self.page_bytes[self.order[-1]], False)}
 
 
 def request_pages(model: ModelSpec, page_size: int, tokens: int) -> dict[str, int]:

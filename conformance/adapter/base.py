@@ -24,63 +24,21 @@ conformance/example/ is a worked example: a third-party two-ended pool and its ~
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Container, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from itertools import islice
 from types import SimpleNamespace
 from typing import Any
 
+from kvarena.spec import guards
 from kvarena.spec.errors import (
     AdmissionRejectedError,
-    DoubleFreeError,
-    DuplicateOwnerError,
-    DuplicateUserError,
-    InvalidArgumentError,
-    ReleaseWithoutAcquireError,
-    UnknownOwnerError,
-    UnknownPageError,
 )
-from kvarena.spec.guards import check_hashable_id, check_ids, check_not_state, check_state_slots, check_tag, is_int
-from kvarena.spec.layout import Kind, entries_per_page, entry_layout
-from kvarena.spec.models import ArenaConfig, chain
+from kvarena.spec.guards import check_tag
+from kvarena.spec.layout import entries_per_page, entry_layout
+from kvarena.spec.models import ArenaConfig, Shape, chain
 from kvarena.spec.types import Mode, Observation, Plan, Rung, UserKind
 
 Page = tuple[str, int]  # (class, slot)
-
-
-def check_demand(demand: Any, order: Sequence[str], top: Mapping[str, int], page_bytes: Mapping[str, int],
-                 capacity: int) -> dict[str, int]:
-    """The reference's demand refusals, in its order: a mapping of known classes to ints >= 0, each within its
-    class's grid, the whole within the arena's bytes. Returns the non-zero part."""
-    if not isinstance(demand, Mapping):
-        raise InvalidArgumentError(f"demand must be a mapping class -> pages, got {type(demand).__name__}")
-    out = {}
-    for cls, n in demand.items():
-        if cls not in top:
-            raise InvalidArgumentError(f"demand names class {cls!r}; use one of {list(order)}")
-        if not is_int(n) or n < 0:
-            raise InvalidArgumentError(f"demand for {cls!r} must be an int >= 0 pages, got {n!r}")
-        if n > top[cls]:
-            raise InvalidArgumentError(f"demand of {n} {cls!r} pages exceeds the {top[cls]} pages the whole arena "
-                                       "holds; split the request or raise capacity")
-        if n:
-            out[cls] = n
-    if sum(n * page_bytes[c] for c, n in out.items()) > capacity:
-        raise InvalidArgumentError("demand exceeds the arena's bytes and can never fit; split the request or raise "
-                                   "capacity")
-    return out
-
-
-def check_vids(vids: Sequence[int], bound: Container[int], what: str,
-               hint: str = "; pass only pages returned by admit/extend and still owned") -> list[int]:
-    """Ints only (a bool or a float hashes like an int and would name a page), no id twice, every id bound
-    (``bound``: the live virtual ids) — the reference's order of checks."""
-    vids = check_ids(vids, what)
-    if len(set(vids)) != len(vids):
-        raise InvalidArgumentError(f"{what}: duplicate virtual page ids {sorted(vids)}; name each page once")
-    for v in vids:
-        if v not in bound:
-            raise UnknownPageError(f"{what}: virtual page {v} is not bound{hint}")
-    return vids
 
 
 class PoolAdapter:
@@ -89,6 +47,7 @@ class PoolAdapter:
     def __init__(self, config: ArenaConfig) -> None:
         config.validate()  # ConfigError / MisalignedRowError exactly as the reference raises them
         self.config = config
+        self.shape = Shape.of(config)  # what the guards (spec/guards.py) read of the configuration
         classes = chain(config.model)
         self.order = [c.name for c in classes]
         self.kind = {c.name: c.kind for c in classes}
@@ -124,33 +83,23 @@ class PoolAdapter:
     def compact_pool(self, max_moves: int | None, pinned: set[Page]) -> list[tuple[str, int, int]]:
         return []
 
-    # -- argument checks, in the reference's order ------------------------------------------------
+    # -- what the guards ask (spec/guards.py: one ordered sequence per operation, shared with the reference) ------
+    def class_of(self, vid: int) -> str | None:
+        page = self.v2p.get(vid)
+        return None if page is None else page[0]
+
+    def pages_of(self, owner: object) -> Mapping[str, Mapping[int, None]] | None:
+        return self.owners.get(owner)  # type: ignore[call-overload]
+
+    def user_live(self, user: object) -> bool:
+        return user in self.users
+
     def _demand(self, demand: Mapping[str, int]) -> dict[str, int]:
-        return check_demand(demand, self.order, self.top, self.page_bytes, self.config.capacity)
-
-    def _vids(self, vids: Sequence[int], what: str) -> list[int]:
-        return check_vids(vids, self.v2p, what)
-
-    def _not_state(self, vids: Sequence[int], what: str) -> None:
-        check_not_state(vids, lambda v: self.v2p[v][0], lambda c: self.kind[c] is Kind.RECURRENT, what)
-
-    def _state_slots(self, owner: str, held: Mapping[str, Mapping[int, None]] | None,
-                     demand: Mapping[str, int]) -> None:
-        check_state_slots(owner, held, demand, lambda c: self.kind[c] is Kind.RECURRENT, self.config.recurrent_slots)
+        return guards.check_demand(self.shape, demand)
 
     def _owner(self, owner: str) -> dict[str, dict[int, None]]:
-        check_hashable_id(owner, "owner")
-        if owner not in self.owners:
-            raise UnknownOwnerError(f"owner {owner!r} holds no pages; admit it first")
+        guards.guard_free(self.shape, self, owner)  # a known owner
         return self.owners[owner]
-
-    def _row(self, vid: int, entry: int, row: int) -> Page:
-        check_vids([vid], self.v2p, "write/read", "; write/read only live pages")
-        cls, slot = self.v2p[vid]
-        if not (is_int(entry) and is_int(row) and 0 <= entry < self.entries[cls] and 0 <= row < self.rows[cls]):
-            raise InvalidArgumentError(f"page {vid} ({cls}) got entry {entry!r}, row {row!r}; pass an int entry in "
-                                       f"[0, {self.entries[cls]}) and an int row in [0, {self.rows[cls]})")
-        return cls, slot
 
     # -- admission ----------------------------------------------------------------------------------
     def _admit_pages(self, demand: dict[str, int]) -> dict[str, list[int]]:
@@ -171,14 +120,7 @@ class PoolAdapter:
         return pages
 
     def admit(self, owner: str, demand: Mapping[str, int], shared: Sequence[int] = ()) -> Any:
-        check_hashable_id(owner, "owner")
-        if owner in self.owners:
-            raise DuplicateOwnerError(f"owner {owner!r} is already admitted; use extend() to grow it, or free() it "
-                                      "first")
-        d = self._demand(demand)
-        shared = self._vids(shared, f"admit({owner!r}) shared")
-        self._not_state(shared, f"admit({owner!r}) shared")
-        self._state_slots(owner, None, d)
+        d, shared, _limits = guards.guard_admit(self.shape, self, owner, demand, shared, None)
         pages = self._admit_pages(d)
         held: dict[str, dict[int, None]] = {c: {} for c in self.order}
         for v in shared:
@@ -190,9 +132,8 @@ class PoolAdapter:
         return SimpleNamespace(pages=pages)
 
     def extend(self, owner: str, demand: Mapping[str, int]) -> Any:
-        held = self._owner(owner)
-        d = self._demand(demand)
-        self._state_slots(owner, held, d)
+        d, _limits = guards.guard_extend(self.shape, self, owner, demand, None)
+        held = self.owners[owner]
         pages = self._admit_pages(d)
         for c, vs in pages.items():
             held[c].update(dict.fromkeys(vs))
@@ -205,39 +146,24 @@ class PoolAdapter:
 
     # -- owners and freeing ---------------------------------------------------------------------------
     def share(self, owner: str, vids: Sequence[int]) -> None:
-        check_hashable_id(owner, "owner")
-        vids = self._vids(vids, f"share({owner!r})")
-        self._not_state(vids, f"share({owner!r})")
+        vids = guards.guard_share(self.shape, self, owner, vids)
         held = self.owners.get(owner)
-        if held is not None:
-            dup = [v for v in vids if v in held[self.v2p[v][0]]]
-            if dup:
-                raise InvalidArgumentError(f"share({owner!r}): already holds {dup}; an owner holds a page once, so "
-                                           "drop it first or pass only pages it does not hold")
-        else:
+        if held is None:
             held = self.owners[owner] = {c: {} for c in self.order}
         for v in vids:
             held[self.v2p[v][0]][v] = None
             self.refs[v] += 1
 
     def drop(self, owner: str, vids: Sequence[int]) -> list[int]:
-        held = self._owner(owner)
-        vids = check_ids(vids, f"drop({owner!r})")
-        if len(set(vids)) != len(vids):
-            raise InvalidArgumentError(f"drop({owner!r}): duplicate ids {sorted(vids)}")
-        missing = [v for v in vids if v not in self.v2p or v not in held[self.v2p[v][0]]]
-        if missing:
-            raise DoubleFreeError(f"drop({owner!r}): owner does not hold {missing}")
+        vids = guards.guard_drop(self.shape, self, owner, vids)
+        held = self.owners[owner]
         for v in vids:
             del held[self.v2p[v][0]][v]
         return self._unref(vids)
 
     def slide(self, owner: str, cls: str, n: int) -> list[int]:
-        held = self._owner(owner)
-        if cls not in self.kind:
-            raise InvalidArgumentError(f"slide: unknown class {cls!r}; use one of {self.order}")
-        if not is_int(n) or not 0 <= n <= len(held[cls]):
-            raise InvalidArgumentError(f"slide({owner!r}, {cls!r}, {n!r}): n must be in [0, {len(held[cls])}]")
+        n = guards.guard_slide(self.shape, self, owner, cls, n)
+        held = self.owners[owner]
         out = list(islice(held[cls], n))
         for v in out:
             del held[cls][v]
@@ -264,12 +190,7 @@ class PoolAdapter:
 
     # -- the ledger -------------------------------------------------------------------------------------
     def acquire(self, user: str, kind: UserKind, vids: Sequence[int]) -> None:
-        check_hashable_id(user, "ledger user")
-        if user in self.users:
-            raise DuplicateUserError(f"ledger user {user!r} is live; release it first or pick a fresh id")
-        if not isinstance(kind, UserKind):
-            raise InvalidArgumentError(f"acquire: kind must be a UserKind, got {kind!r}")
-        pages = tuple(self.v2p[v] for v in self._vids(vids, f"acquire({user!r})"))
+        pages = tuple(self.v2p[v] for v in guards.guard_acquire(self.shape, self, user, kind, vids))
         self.users[user] = (kind.mode, pages)
         for p in pages:
             self.holders[p] += 1
@@ -277,9 +198,7 @@ class PoolAdapter:
                 self.writers[p] += 1
 
     def release(self, user: str) -> None:
-        check_hashable_id(user, "ledger user")
-        if user not in self.users:
-            raise ReleaseWithoutAcquireError(f"release({user!r}): no such live ledger user")
+        guards.guard_release(self, user)
         mode, pages = self.users.pop(user)
         for p in pages:
             self.holders[p] -= 1
@@ -299,13 +218,16 @@ class PoolAdapter:
         cls, slot = self._row(vid, entry, row)
         return self.read_row(cls, slot, entry, row)
 
+    def _row(self, vid: int, entry: int, row: int) -> Page:
+        guards.guard_row(self.shape, self, vid, entry, row, "write/read")
+        return self.v2p[vid]
+
     def translate(self, vid: int) -> Page:
-        check_vids([vid], self.v2p, "translate")
+        guards.check_bound(self, [vid], "translate")
         return self.v2p[vid]
 
     def compact(self, max_moves: int | None = None) -> Plan:
-        if max_moves is not None and (not is_int(max_moves) or max_moves < 0):
-            raise InvalidArgumentError(f"compact: max_moves must be None or an int >= 0, got {max_moves!r}")
+        guards.guard_max_moves(max_moves)
         # pages a user holds never move here, and withheld slots are not the pool's to reuse: simple and safe
         pinned = {p for p, n in self.holders.items() if n} | self.withheld
         moves = self.compact_pool(max_moves, pinned)

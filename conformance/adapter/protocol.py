@@ -76,7 +76,7 @@ REFERENCE_ALIAS = "reference"  # ``--impl reference``: the reference itself (a s
 # factory-level ``PROTOCOL_VERSION``; ``conform`` names the changes since (:func:`version_notes`). A new change:
 # bump PROTOCOL_VERSION, add its entry to PROTOCOL_CHANGES and its section to conformance/CHANGELOG.md
 # (tests/fast/test_protocol_version.py holds the three together).
-PROTOCOL_VERSION = 9
+PROTOCOL_VERSION = 10
 
 # version -> (date, what changed, what an adapter written for an older version changes)
 PROTOCOL_CHANGES: dict[int, tuple[str, str, str]] = {
@@ -115,6 +115,13 @@ PROTOCOL_CHANGES: dict[int, tuple[str, str, str]] = {
                       "the reference's plan)",
         "nothing required; to have the idle flush checked, add flush_idle(budget_bytes) (PoolAdapter: map it to "
         "your pool's compaction), then set PROTOCOL_VERSION = 9"),
+    10: ("2026-12-05", "the guards live once, in kvarena.spec.guards (the ordered checks of every operation, and the "
+                       "argument checks is_int / check_ids / check_below / ... that were in kvarena.spec.errors and "
+                       "kvarena.conformance.adapter.base); new refusals on every implementation: a write tag "
+                       "outside [-2**63, 2**63), an owner or user id that is not hashable, acquire of no pages "
+                       "(PoolAdapter now refuses it too)",
+         "import argument checks from kvarena.spec.guards (guard_admit, guard_drop, ... for a whole operation's "
+         "sequence), refuse the new cases with InvalidArgument, then set PROTOCOL_VERSION = 10"),
 }
 
 

@@ -157,7 +157,6 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from kvarena.conformance.adapter.base import check_demand, check_vids
 from kvarena.conformance.adapter.protocol import Observation
 from kvarena.conformance.machine.checks import (
     Geometry,
@@ -167,21 +166,18 @@ from kvarena.conformance.machine.checks import (
     check_ledger,
     check_no_overlap,
 )
+from kvarena.spec import guards
 from kvarena.spec.errors import (
     AdmissionRejectedError,
     CapacityTooSmallError,
     ConfigError,
     DoubleFreeError,
-    DuplicateOwnerError,
-    DuplicateUserError,
     InvalidArgumentError,
     InvariantViolation,
-    ReleaseWithoutAcquireError,
-    UnknownOwnerError,
     UnknownPageError,
 )
 from kvarena.spec.layout import DTYPE_BYTES, Kind, entries_per_page, entry_layout
-from kvarena.spec.models import ArenaConfig, chain, worst_case_demand
+from kvarena.spec.models import ArenaConfig, Shape, chain, worst_case_demand
 from kvarena.spec.types import Mode, Move, Plan, Rung, UserKind
 
 SGLANG_VERSION = "0.5.23"
@@ -482,6 +478,7 @@ class SGLangArena:
         self.forward_double_free = forward_double_free
         self.skip_zero_cap = skip_zero_cap
         self.geo = Geometry.of(config)
+        self.shape = Shape.of(config)  # what the guards (spec/guards.py) read of the configuration
         classes = chain(config.model)
         self.order = [c.name for c in classes]
         self.classes = {c.name: c for c in classes}
@@ -603,41 +600,28 @@ class SGLangArena:
                 out[i] = (cls, p - sh)
         return out
 
-    # -- validation (the reference's order of refusals) -----------------------------------------
-    def _check_demand(self, demand: Any) -> dict[str, int]:
-        return check_demand(demand, self.order, self.geo.top, self.page_bytes, self.config.capacity)
+    # -- what the guards ask (spec/guards.py: the reference's ordered refusals, one sequence for every side) --
+    # kvarena's recurrent-state rules (spec/arena.md §INV-STATE-PRIVATE) are kept here, by the guards: SGLang's pool
+    # has no owners, and its radix cache forks mamba state (fork_from / copy_from) rather than sharing a slot
+    def class_of(self, vid: int) -> str | None:
+        return self._decode(vid)[0] if vid in self.bound else None
 
-    def _check_vids(self, vids: Sequence[int], what: str) -> list[int]:
-        return check_vids(vids, self.bound, what, " (SGLang would map it to the sink)")
+    def pages_of(self, owner: object) -> Mapping[str, Mapping[int, None]] | None:
+        return self.owners.get(owner)  # type: ignore[call-overload]
+
+    def user_live(self, user: object) -> bool:
+        return user in self.users
+
+    def _check_demand(self, demand: Any) -> dict[str, int]:
+        return guards.check_demand(self.shape, demand)
 
     def _owner(self, owner: str) -> dict[str, dict[int, None]]:
-        try:
-            return self.owners[owner]
-        except KeyError:
-            raise UnknownOwnerError(f"owner {owner!r} holds no pages; admit it first") from None
-
-    # kvarena's recurrent-state rules (spec/arena.md §INV-STATE-PRIVATE), kept by the adapter: SGLang's pool has
-    # no owners, and its radix cache forks mamba state (fork_from / copy_from) rather than sharing a slot
-    def _check_not_state(self, vids: Sequence[int], what: str) -> None:
-        state = [v for v in vids if self.kind[self._decode(v)[0]] is Kind.RECURRENT]
-        if state:
-            raise InvalidArgumentError(f"{what}: page {state[0]} is recurrent state; copy it with copy_state")
-
-    def _check_slots(self, owner: str, held: Mapping[str, Mapping[int, None]] | None,
-                     demand: Mapping[str, int]) -> None:
-        cap = self.config.recurrent_slots
-        for c, n in demand.items():
-            if self.kind[c] is Kind.RECURRENT and (len(held[c]) if held is not None else 0) + n > cap:
-                raise InvalidArgumentError(f"owner {owner!r} would hold more than recurrent_slots={cap} {c} pages")
+        guards.guard_free(self.shape, self, owner)
+        return self.owners[owner]
 
     # -- admission ----------------------------------------------------------------------------
     def admit(self, owner: str, demand: Mapping[str, int], shared: Sequence[int] = ()) -> SimpleNamespace:
-        if owner in self.owners:
-            raise DuplicateOwnerError(f"owner {owner!r} is already admitted")
-        d = self._check_demand(demand)
-        shared = self._check_vids(shared, f"admit({owner!r}) shared")
-        self._check_not_state(shared, f"admit({owner!r}, shared=)")
-        self._check_slots(owner, None, d)
+        d, shared, _limits = guards.guard_admit(self.shape, self, owner, demand, shared, None)
         pages = self._place(d)
         held: dict[str, dict[int, None]] = {c: {} for c in self.order}
         for v in shared:
@@ -651,9 +635,8 @@ class SGLangArena:
         return SimpleNamespace(pages=pages)
 
     def extend(self, owner: str, demand: Mapping[str, int]) -> SimpleNamespace:
-        held = self._owner(owner)
-        d = self._check_demand(demand)
-        self._check_slots(owner, held, d)
+        d, _limits = guards.guard_extend(self.shape, self, owner, demand, None)
+        held = self.owners[owner]
         pages = self._place(d)
         for c, vs in pages.items():
             held[c].update(dict.fromkeys(vs))
@@ -770,12 +753,8 @@ class SGLangArena:
         src's whole page envelope copied into it with SGLang's copy_pages: its radix cache's mamba fork."""
         import torch
 
-        (src,) = self._check_vids([src], f"copy_state({owner!r})")
-        cls = self._decode(src)[0]
-        if self.kind[cls] is not Kind.RECURRENT:
-            raise InvalidArgumentError(f"copy_state({owner!r}, {src}): a {cls} page is not recurrent state")
+        src, cls = guards.guard_copy_state(self.shape, self, owner, src)
         held = self.owners.get(owner)
-        self._check_slots(owner, held, {cls: 1})
         (vid,) = self._place({cls: 1})[cls]
         a = self.allocs[cls]
         phys = a.virtual_to_physical[torch.tensor([self._decode(vid)[1], self._decode(src)[1]], dtype=torch.int64)]
@@ -788,14 +767,9 @@ class SGLangArena:
         return vid
 
     def share(self, owner: str, vids: Sequence[int]) -> None:
-        vids = self._check_vids(vids, f"share({owner!r})")
-        self._check_not_state(vids, f"share({owner!r})")
+        vids = guards.guard_share(self.shape, self, owner, vids)
         held = self.owners.get(owner)
-        if held is not None:
-            dup = [v for v in vids if v in held[self._decode(v)[0]]]
-            if dup:
-                raise InvalidArgumentError(f"share({owner!r}): already holds {dup}")
-        else:
+        if held is None:
             held = {c: {} for c in self.order}
             self.owners[owner] = held
         for v in vids:
@@ -803,15 +777,13 @@ class SGLangArena:
             self.refs[v] += 1
 
     def drop(self, owner: str, vids: Sequence[int]) -> list[int]:
-        held = self._owner(owner)
-        vids = list(vids)
-        if len(set(vids)) != len(vids):
-            raise InvalidArgumentError(f"drop({owner!r}): duplicate ids {sorted(vids)}")
-        missing = [v for v in vids if v not in self.bound or v not in held[self._decode(v)[0]]]
-        if missing:
-            if self.forward_double_free:
-                self._raw_double_free([v for v in missing if v not in self.bound and v not in self.zombies])
-            raise DoubleFreeError(f"drop({owner!r}): owner does not hold {missing}")
+        try:
+            vids = guards.guard_drop(self.shape, self, owner, vids)
+        except DoubleFreeError:
+            if self.forward_double_free:  # a caller with a double-free bug hands SGLang the ids before the refusal
+                self._raw_double_free([v for v in vids if v not in self.bound and v not in self.zombies])
+            raise
+        held = self.owners[owner]
         for v in vids:
             del held[self._decode(v)[0]][v]
         return self._unref(vids)
@@ -833,11 +805,8 @@ class SGLangArena:
                             raise
 
     def slide(self, owner: str, cls: str, n: int) -> list[int]:
-        held = self._owner(owner)
-        if cls not in self.allocs:
-            raise InvalidArgumentError(f"slide: unknown class {cls!r}")
-        if not isinstance(n, int) or isinstance(n, bool) or n < 0 or n > len(held[cls]):
-            raise InvalidArgumentError(f"slide({owner!r}, {cls!r}, {n!r}): n must be in [0, {len(held[cls])}]")
+        n = guards.guard_slide(self.shape, self, owner, cls, n)
+        held = self.owners[owner]
         out = list(held[cls])[:n]
         for v in out:
             del held[cls][v]
@@ -895,21 +864,14 @@ class SGLangArena:
 
     # -- the ledger ---------------------------------------------------------------------------
     def acquire(self, user: str, kind: UserKind, vids: Sequence[int]) -> None:
-        if user in self.users:
-            raise DuplicateUserError(f"ledger user {user!r} is live")
-        if not isinstance(kind, UserKind):
-            raise InvalidArgumentError(f"acquire: kind must be a UserKind, got {kind!r}")
-        vids = self._check_vids(vids, f"acquire({user!r})")
-        if not vids:
-            raise InvalidArgumentError(f"acquire({user!r}): no pages")
+        vids = guards.guard_acquire(self.shape, self, user, kind, vids)
         self.users[user] = _User(kind, tuple((v, *cs) for v, cs in zip(vids, self._slots(vids))))
         self.ledger.live[user] = kind
         self._sync_events()
         STATS["users " + kind.value] += 1
 
     def release(self, user: str) -> None:
-        if user not in self.users:
-            raise ReleaseWithoutAcquireError(f"release({user!r}): no such live ledger user")
+        guards.guard_release(self, user)
         del self.users[user]
         del self.ledger.live[user]
         self._sync_events()
@@ -943,8 +905,7 @@ class SGLangArena:
         return Plan(rung, moves, bytes_moved={int(rung): sum(self.page_bytes[m.cls] for m in moves)})
 
     def compact(self, max_moves: int | None = None) -> Plan:
-        if max_moves is not None and (not isinstance(max_moves, int) or isinstance(max_moves, bool) or max_moves < 0):
-            raise InvalidArgumentError(f"compact: max_moves must be None or an int >= 0, got {max_moves!r}")
+        guards.guard_max_moves(max_moves)
         marks = self._history_marks()
         left = max_moves
         with _cpu_streams():
@@ -991,14 +952,8 @@ class SGLangArena:
 
     # -- data ---------------------------------------------------------------------------------
     def _row_byte(self, vid: int, entry: int, row: int) -> int:
-        if vid not in self.bound:
-            raise UnknownPageError(f"virtual page {vid} is not bound; write/read only live pages")
-        cls, vp = self._decode(vid)
-        n_rows = len(self.row_offset[cls])
-        ok = all(isinstance(x, int) and not isinstance(x, bool) for x in (entry, row))
-        if not (ok and 0 <= entry < self.n_entries[cls] and 0 <= row < n_rows):
-            raise InvalidArgumentError(f"page {vid} ({cls}) got entry {entry}, row {row}; pass an entry in "
-                                       f"[0, {self.n_entries[cls]}) and a row in [0, {n_rows})")
+        cls = guards.guard_row(self.shape, self, vid, entry, row, "write/read")
+        vp = self._decode(vid)[1]
         import torch
 
         a = self.allocs[cls]
@@ -1007,8 +962,7 @@ class SGLangArena:
 
     def write(self, vid: int, entry: int, row: int, tag: int) -> None:
         b = self._row_byte(vid, entry, row)
-        if not isinstance(tag, int) or isinstance(tag, bool):
-            raise InvalidArgumentError(f"write: tag must be an int, got {tag!r}")
+        guards.check_tag(tag)
         import torch
 
         self.pool._raw[b:b + 8].copy_(torch.tensor([tag], dtype=torch.int64).view(torch.uint8))

@@ -18,7 +18,7 @@ import kvarena.gpu.allocator as gpu_allocator
 from kvarena.conformance.adapter.protocol import observe_reference
 from kvarena.gpu.kernels import use_interpreter
 from kvarena.reference.arena import Arena
-from kvarena.spec.errors import ArenaError, ReleaseWithoutAcquireError
+from kvarena.spec.errors import ArenaError, ReleaseWithoutAcquireError, UnknownOwnerError
 from kvarena.spec.models import ArenaConfig, preset
 from kvarena.spec.types import UserKind
 
@@ -126,7 +126,7 @@ def test_the_rule_reversed_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
         poll, self.poll = self.poll, lambda: []  # planted: guards first, poll only once they passed
         try:
             if owner not in self.owners.rows:
-                raise gpu_allocator.UnknownOwnerError(f"unknown owner {owner!r}; admit it first")
+                raise UnknownOwnerError(f"unknown owner {owner!r}; admit it first")
         finally:
             self.poll = poll
         return real(self, owner, demand, below)

@@ -18,6 +18,7 @@ from unittest import mock
 import kvarena.reference.arena as arena_mod
 import kvarena.reference.ladder as ladder_mod
 import kvarena.reference.validate as validate_mod
+import kvarena.spec.guards as guards_mod
 
 
 @dataclass(frozen=True)
@@ -69,12 +70,12 @@ MUTANTS: tuple[Mutant, ...] = (
            "pass",
            ("INV-VMAP-BIJECTIVE",),
            "a move does not remap the virtual page, readers follow a stale address"),
-    Mutant("double-free-accepted", arena_mod,
-           "        if missing:\n            raise DoubleFreeError",
-           "        if False:\n            raise DoubleFreeError",
+    Mutant("double-free-accepted", guards_mod,
+           "    if missing:\n        raise DoubleFreeError",
+           "    if False:\n        raise DoubleFreeError",
            ("ERROR-CONTRACT", "INV-VMAP-BIJECTIVE", "INV-REFUSAL-IS-NOOP"),
-           "dropping a page the owner does not hold is accepted and decrements another owner's count",
-           also=(("            del held[self.v2p[v][0]][v]", "            held[self.v2p[v][0]].pop(v, None)"),)),
+           "drop's guard (spec/guards.py guard_drop) lets a page the owner does not hold through: the drop then "
+           "unbinds another owner's page or fails untyped"),
     Mutant("withheld-freed-by-first-release", arena_mod,
            "            if h.slot in band.withheld and not self._in_use(page):",
            "            if h.slot in band.withheld:",
@@ -86,9 +87,9 @@ MUTANTS: tuple[Mutant, ...] = (
            ("INV-LEDGER-SAFETY", "INV-NO-OVERLAP", "INV-BAND-ORDER"),
            "relayout moves float pages that a ledger user holds (a reader's withheld slot ends up outside "
            "the float's span)"),
-    Mutant("below-accepts-bool", arena_mod,
-           "return check_below(below, ends, self.capacity)",
-           "return check_below(below, ends, self.capacity, lambda b: isinstance(b, int))",
+    Mutant("below-accepts-bool", guards_mod,
+           "        if not is_byte(b) or not 0 <= b <= capacity:",
+           "        if not isinstance(b, int) or not 0 <= b <= capacity:",
            ("ERROR-CONTRACT",),
            "a placement limit of True / False is taken as byte 1 / 0 instead of refused (bool is an int in Python)"),
 )
@@ -109,9 +110,9 @@ REFUSAL_MUTANTS: tuple[Mutant, ...] = (
            ("INV-REFUSAL-IS-NOOP",),
            "the policy's free-time plan is applied without the validator"),
     Mutant("share-registers-before-checking", arena_mod,
-           "        vids = self._check_vids(vids, f\"share({owner!r})\")\n        self._check_not_state(",
+           "        vids = guard_share(self.shape, self, owner, vids)\n",
            "        self.owners.setdefault(owner, {c: {} for c in self.order})\n"
-           "        vids = self._check_vids(vids, f\"share({owner!r})\")\n        self._check_not_state(",
+           "        vids = guard_share(self.shape, self, owner, vids)\n",
            ("INV-REFUSAL-IS-NOOP",),
            "share creates the new owner, then refuses an unbound id: an empty owner is left behind"),
 )
@@ -178,15 +179,21 @@ def mutate(m: Mutant) -> types.ModuleType:
     return mod
 
 
+def imported(home: types.ModuleType, mod: types.ModuleType) -> list[str]:
+    """The names the arena module imported from ``home`` (the ladder, the guards) that ``mod``, a mutated copy of
+    ``home``, defines again: rebinding these plants the mutant in the arena."""
+    return [n for n, obj in vars(arena_mod).items()
+            if not n.startswith("__") and n in vars(home) and vars(home)[n] is obj and n in vars(mod)]
+
+
 @contextlib.contextmanager
 def applied(m: Mutant) -> Iterator[Callable]:
-    """Yield an arena constructor with the mutant in place (ladder mutants patch the arena's imports)."""
+    """Yield an arena constructor with the mutant in place (ladder and guard mutants patch the arena's imports)."""
     mod = mutate(m)
     if m.module is arena_mod:
         yield mod.Arena
         return
-    patches = [mock.patch.object(arena_mod, name, getattr(mod, name))
-               for name in ("place", "plan_compaction", "plan_float_relayout")]
+    patches = [mock.patch.object(arena_mod, name, getattr(mod, name)) for name in imported(m.module, mod)]
     with contextlib.ExitStack() as stack:
         for p in patches:
             stack.enter_context(p)
@@ -204,9 +211,8 @@ def isolated(m: Mutant, validator: bool = False) -> Callable:
         copy.__file__ = arena_mod.__file__
         sys.modules[copy.__name__] = copy  # dataclasses resolve string annotations through sys.modules
         exec(compile(inspect.getsource(arena_mod), arena_mod.__file__ or "<arena>", "exec"), copy.__dict__)
-        for name in ("place", "plan_compaction", "plan_float_relayout"):
-            if hasattr(mod, name):
-                setattr(copy, name, getattr(mod, name))
+        for name in imported(m.module, mod):
+            setattr(copy, name, getattr(mod, name))
         mod = copy
     if not validator and hasattr(mod, "validate_plan"):
         mod.validate_plan = lambda *a, **k: None

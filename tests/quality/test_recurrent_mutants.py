@@ -10,28 +10,31 @@ from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 
 import kvarena.reference.arena as arena_mod
+import kvarena.spec.guards as guards_mod
 from kvarena.conformance.machine.arena import machine_for
 from kvarena.spec.errors import ArenaError
 from tests.quality.mutants import Mutant, applied, mutate
 from tests.quality.test_mutants import KILL_EXAMPLES, KILL_PHASES
 
 RECURRENT_MUTANTS: tuple[Mutant, ...] = (
-    Mutant("recurrent-share-accepted", arena_mod, '        self._check_not_state(vids, f"share({owner!r})")\n', "",
+    Mutant("recurrent-share-accepted", guards_mod,
+           '    check_not_state(got, v.class_of, s.is_state, f"share({owner!r})")  # type: ignore[arg-type]\n', "",
            ("ERROR-CONTRACT", "INV-STATE-PRIVATE", "INV-REFUSAL-IS-NOOP"),
            "share lets a second owner hold a request's state"),
-    Mutant("recurrent-cap-unchecked", arena_mod,
-           "        check_state_slots(owner, held, demand, self._is_state, self.config.recurrent_slots)",
+    Mutant("recurrent-cap-unchecked", guards_mod,
+           "        if is_state(cls) and have + n > cap:\n"
+           "            raise state_slots_error(owner, have + n, cls, cap)",
            "        pass", ("ERROR-CONTRACT", "INV-STATE-PRIVATE", "INV-REFUSAL-IS-NOOP"),
            "admit / extend / copy_state give an owner more than recurrent_slots states"),
     Mutant("copy-state-copies-nothing", arena_mod,
            "        if rows:\n            self.content[self.v2p[vid]] = dict(rows)",
            "        if False:\n            self.content[self.v2p[vid]] = dict(rows)", ("INV-CONTENT-FOLLOWS-VID",),
            "the copy is a fresh (zeroed) page, not the source's state"),
-    Mutant("bool-id-accepted", arena_mod, "        vids = check_ids(vids, what)\n",
-           "        vids = check_ids(vids, what, lambda v: isinstance(v, (int, float)))\n", ("ERROR-CONTRACT",),
+    Mutant("bool-id-accepted", guards_mod, "    got = check_ids(vids, what, is_id)\n",
+           "    got = check_ids(vids, what, lambda v: isinstance(v, (int, float)))\n", ("ERROR-CONTRACT",),
            "True / 1.0 are read as page 1 (share, admit(shared=), acquire: every bound-id check)"),
-    Mutant("acquire-of-nothing-accepted", arena_mod, "        if not vids:\n            raise InvalidArgumentError("
-           "f\"acquire({user!r}): no pages;", "        if False:\n            raise InvalidArgumentError("
+    Mutant("acquire-of-nothing-accepted", guards_mod, "    if not got:\n        raise InvalidArgumentError("
+           "f\"acquire({user!r}): no pages;", "    if False:\n        raise InvalidArgumentError("
            "f\"acquire({user!r}): no pages;", ("ERROR-CONTRACT",), "a ledger user that holds nothing"),
     Mutant("relayout-none-plan-with-spans", arena_mod,
            "        if not moves:  # nothing moves: the float keeps its span (a NONE plan carries no spans)\n"
