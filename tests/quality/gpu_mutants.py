@@ -327,10 +327,11 @@ MUTANTS: tuple[Mutant, ...] = (
            "torch path)",
            lockstep="torch"),
     Mutant("double-free-accepted", allocator_mod,
-           "        if missing:\n            raise DoubleFreeError",
-           "        if False:\n            raise DoubleFreeError",
-           "dropping a page the owner does not hold is accepted (unknown ids ignored) and decrements another "
-           "owner's count (allocator: lockstep on the torch path)",
+           "        vids = guard_drop(self.shape, self, owner, vids, _is_id)\n",
+           "        guard_free(self.shape, self, owner)\n        vids = [int(v) for v in vids]\n",
+           "drop checks only the owner, not that it holds the pages (spec/guards.py guard_drop bypassed): a page the "
+           "owner does not hold is accepted (unknown ids ignored) and decrements another owner's count (allocator: "
+           "lockstep on the torch path)",
            also=(("        arr = np.array(vids, dtype=np.int64)\n",
                   "        arr = np.array([v for v in vids if self._loc(v) is not None], dtype=np.int64)\n"),),
            lockstep="torch"),
