@@ -39,7 +39,6 @@ from kvarena.spec.errors import (
     CapacityTooSmallError,
     InvalidArgumentError,
     InvariantViolation,
-    ReleaseWithoutAcquireError,
     UnknownPageError,
 )
 from kvarena.spec.guards import (
@@ -84,10 +83,14 @@ class _Held(Mapping):
 
     def __init__(self, arena: GpuArena, row: int) -> None:
         self.a, self.row = arena, row
+        self._got: dict[str, set[int]] = {}  # a guard asks once per page id: one log scan per class
 
     def __getitem__(self, cls: str) -> set[int]:
-        o = self.a.owners
-        return set(o.vid[o.entries(self.row, self.a.cidx[cls])].tolist())
+        got = self._got.get(cls)
+        if got is None:
+            o = self.a.owners
+            got = self._got[cls] = set(o.vid[o.entries(self.row, self.a.cidx[cls])].tolist())
+        return got
 
     def __iter__(self):  # type: ignore[no-untyped-def]
         return iter(self.a.order)
@@ -465,10 +468,7 @@ class GpuArena(BatchOps, MoveOps):
         self.poll()
 
     def _release(self, user: str) -> None:
-        u = self.users.pop(user, None)
-        if u is None:
-            raise ReleaseWithoutAcquireError(f"release({user!r}): no such live ledger user (never acquired, or "
-                                             "already released); release each acquire exactly once")
+        u = self.users.pop(user)  # live: release() guarded it, poll() releases only live users
         counts = self.ledger.writers if u.kind.mode is Mode.WRITE else self.ledger.readers
         for h in u.holds:
             page = (h.cls, h.slot)

@@ -37,7 +37,6 @@ from kvarena.spec.errors import (
     AdmissionRejectedError,
     CapacityTooSmallError,
     InvalidArgumentError,
-    ReleaseWithoutAcquireError,
     UnknownPageError,
 )
 from kvarena.spec.guards import (
@@ -629,10 +628,7 @@ class Arena:
         self.poll()
 
     def _release(self, user: str) -> None:
-        u = self.users.pop(user, None)
-        if u is None:
-            raise ReleaseWithoutAcquireError(f"release({user!r}): no such live ledger user (never acquired, "
-                                             "or already released); release each acquire exactly once")
+        u = self.users.pop(user)  # live: release() guarded it, poll() releases only live users
         counter = self.writers if u.mode is Mode.WRITE else self.readers
         for h in u.holds:
             page = (h.cls, h.slot)

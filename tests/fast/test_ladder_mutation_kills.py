@@ -153,7 +153,7 @@ def test_float_span_is_the_nearest_valid_span() -> None:
                             got = float_span(p, win_lo, win_hi, need, current, *(obst or (None, None)))
                             n = need if obst is None else max(need, obst[1] - obst[0] + 1)
                             ok = [t for t in range(ceil_div(win_lo, p), win_hi // p - n + 1)
-                                  if obst is None or t <= obst[0] and obst[1] < t + n]
+                                  if obst is None or (t <= obst[0] and obst[1] < t + n)]
                             want = min(ok, key=lambda t: abs(t - current)) if ok else None
                             assert got == (None if want is None else (want, want + n)), \
                                 (p, win_lo, win_hi, need, obst, current)
@@ -230,7 +230,7 @@ def test_plan_float_relayout_nearest_span_and_its_moves() -> None:
 def _fewest_by_hand(band: Band, win_lo: int, win_hi: int, need: int, obst: list[int]) -> int | None:
     """The fewest live pages outside any span of at least ``need`` slots in the window covering ``obst``."""
     spans = [(t, u) for t in range(win_lo, win_hi) for u in range(t + need, win_hi + 1)
-             if not obst or t <= min(obst) and max(obst) < u]
+             if not obst or (t <= min(obst) and max(obst) < u)]
     if not spans:
         return None
     return min(sum(1 for s in band.live if not t <= s < u) for t, u in spans)

@@ -22,7 +22,7 @@ RECURRENT_MUTANTS: tuple[Mutant, ...] = (
            ("ERROR-CONTRACT", "INV-STATE-PRIVATE", "INV-REFUSAL-IS-NOOP"),
            "share lets a second owner hold a request's state"),
     Mutant("recurrent-cap-unchecked", guards_mod,
-           "        if is_state(cls) and have + n > cap:\n"
+           "        if have + n > cap:\n"
            "            raise state_slots_error(owner, have + n, cls, cap)",
            "        pass", ("ERROR-CONTRACT", "INV-STATE-PRIVATE", "INV-REFUSAL-IS-NOOP"),
            "admit / extend / copy_state give an owner more than recurrent_slots states"),
