@@ -37,7 +37,6 @@ from kvarena.spec.errors import (
     ArenaError,
     DuplicateOwnerError,
     InvalidArgumentError,
-    UnknownOwnerError,
 )
 from kvarena.spec.guards import state_slots_error
 
@@ -114,8 +113,7 @@ class BatchOps:
         rows = self.owners.lookup(owners)
         unknown = np.flatnonzero(rows < 0)
         errors: dict[int, ArenaError] = {
-            int(r): UnknownOwnerError(f"owner {self.owners.name(owners, r)!r} holds no pages; admit it first")
-            for r in unknown}
+            int(r): self.owners.missing(owners, int(r)) for r in unknown}
         d, bad = self._demand_matrix(demands, n)
         errors.update({r: e for r, e in bad.items() if r not in errors})  # the owner is checked first
         d[unknown] = 0
@@ -321,7 +319,7 @@ class BatchOps:
             dem = dict(zip(self.order, d[r].tolist())) if d is not None else demands[r]
             try:
                 if rows[r] < 0:
-                    raise UnknownOwnerError(f"owner {self.owners.name(owners, r)!r} holds no pages; admit it first")
+                    raise self.owners.missing(owners, r)
                 adm = self.extend(self.owners.names[int(rows[r])], dem, below)
             except ArenaError as e:
                 res.errors[r] = e
@@ -367,7 +365,7 @@ class BatchOps:
         first = first_occurrence(all_rows)  # an owner named twice: the second free finds it gone
         ok = first & (all_rows >= 0)
         for k in np.flatnonzero(~ok).tolist():
-            errors[k] = UnknownOwnerError(f"owner {self.owners.name(owners, k)!r} holds no pages; admit it first")
+            errors[k] = self.owners.missing(owners, k)
         pos = np.flatnonzero(ok).tolist()
         rows = all_rows[ok].tolist()
         names = [self.owners.names[r] for r in rows]
@@ -520,8 +518,7 @@ class BatchOps:
         n = len(owners)
         rows = self.owners.lookup(owners)
         if (rows < 0).any():
-            raise UnknownOwnerError(f"token_locs: owner {self.owners.name(owners, int(np.argmax(rows < 0)))!r} "
-                                    "holds no pages")
+            raise self.owners.missing(owners, int(np.argmax(rows < 0)), "token_locs: ")
         if not distinct(rows):
             raise InvalidArgumentError("token_locs: an owner appears twice; name each request once")
         pre, seq = np.asarray(pre_lens, dtype=np.int64), np.asarray(seq_lens, dtype=np.int64)

@@ -19,6 +19,9 @@ from typing import Any
 
 import numpy as np
 
+from kvarena.spec.errors import ArenaError, InvalidArgumentError, UnknownOwnerError
+from kvarena.spec.guards import check_hashable_id
+
 
 def distinct(a: np.ndarray) -> bool:
     """No value twice (a sort: ``np.unique`` hashes and is ~10x slower on int64 in numpy 2.x)."""
@@ -174,7 +177,28 @@ class OwnerLog:
             ok[ok] = self.live_rows[rows[ok]]
             return np.where(ok, rows, -1)
         n = len(owners)  # type: ignore[arg-type]
-        return np.fromiter(map(self.rows.get, owners, repeat(-1, n)), dtype=np.int64, count=n)  # type: ignore
+        try:
+            return np.fromiter(map(self.rows.get, owners, repeat(-1, n)), dtype=np.int64, count=n)  # type: ignore
+        except TypeError:  # an unhashable name is no owner; ``missing`` says why that lane is refused
+            return np.array([self._row(o) for o in owners], dtype=np.int64)  # type: ignore[attr-defined]
+
+    def _row(self, owner: object) -> int:
+        try:
+            return self.rows.get(owner, -1)  # type: ignore[call-overload]
+        except TypeError:
+            return -1
+
+    def missing(self, owners: object, k: int, what: str = "") -> ArenaError:
+        """The refusal of lane ``k``, whose owner ``lookup`` found no row for: ``InvalidArgument`` for an
+        unhashable id (as ``extend``/``free`` raise it, spec/guards.py ``check_hashable_id``), else
+        ``UnknownOwner``. ``what``: the call's name prefixed to the message, if any."""
+        o = owners[k]  # type: ignore[index]
+        try:
+            check_hashable_id(o, "owner")
+        except InvalidArgumentError as e:
+            return InvalidArgumentError(f"{what}{e}")
+        return UnknownOwnerError(f"{what}owner {self.name(owners, k)!r} holds no pages; admit it first (a freed "
+                                 "owner is forgotten)")
 
     def all_live(self, rows: np.ndarray) -> bool:
         """Every int64 handle in ``rows`` is an admitted owner's row, in two numpy calls and no ufunc (on CPU

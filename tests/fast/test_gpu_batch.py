@@ -29,7 +29,7 @@ from kvarena.gpu.allocator import make
 from kvarena.gpu.kernels import use_interpreter
 from kvarena.gpu.results import Admission, BatchResult
 from kvarena.reference.arena import Arena
-from kvarena.spec.errors import ArenaError, CapacityTooSmallError
+from kvarena.spec.errors import ArenaError, CapacityTooSmallError, InvalidArgumentError
 from kvarena.spec.models import ArenaConfig, preset
 from kvarena.spec.types import UserKind
 
@@ -216,6 +216,36 @@ def test_decode_step_refuses_handles_of_no_owner(model: str, monkeypatch: pytest
         want = [_seq(ref, "extend", o, {gpu.order[0]: 1}) for o in ("b", "a")]
         got = [_norm(x) for x in gpu.extend_batch(np.array([rb, ra], dtype=np.int64), low)]
         assert got == want and observe_reference(ref) == gpu.observe(), f"low end:\n  {want}\n  {got}"
+
+
+def test_unhashable_owner_lanes_are_refused_as_the_sequential_calls_refuse_them() -> None:
+    """An unhashable owner id in a batch (a list, a tuple holding a list) is that lane's InvalidArgument, as
+    ``extend``/``free`` raise it (spec/guards.py ``check_hashable_id``), not a TypeError out of the whole call;
+    the other lanes are served; ``token_locs`` refuses with InvalidArgument. Nothing else changes."""
+    config = _config("toy-swa", 4096, 2)
+    ref, gpu = Arena(config), make(config)
+    for o in ("a", "b"):
+        ref.admit(o, {"full": 1})
+    gpu.admit_batch(["a", "b"], np.array([[0, 1], [0, 1]], dtype=np.int64))
+    bad = [["x"], ("t", [1])]
+    names = ["a", bad[0], "zz", bad[1], "b"]
+    d = np.zeros((len(names), 2), dtype=np.int64)
+    d[:, 1] = 1
+    want = [_seq(ref, "extend", o, {"full": 1}) for o in names]
+    got = [_norm(x) for x in gpu.extend_batch(names, d)]
+    assert got == want, f"extend_batch:\n  reference {want}\n  gpu       {got}"
+    assert [g[1] if isinstance(g, tuple) else None for g in got][1:4] == [
+        "InvalidArgumentError", "UnknownOwnerError", "InvalidArgumentError"], got
+    assert observe_reference(ref) == gpu.observe()
+    before = gpu.observe()
+    with pytest.raises(InvalidArgumentError, match="hashable"):
+        gpu.token_locs("full", ["a", bad[0]], [0, 0], [1, 1])
+    assert gpu.observe() == before
+    names = [bad[1], "a", bad[0]]
+    want = [_seq(ref, "free", o) for o in names]
+    got = [_norm(x) for x in gpu.free_batch(names)]
+    assert got == want, f"free_batch:\n  reference {want}\n  gpu       {got}"
+    assert observe_reference(ref) == gpu.observe()
 
 
 @pytest.mark.parametrize("model", ["toy-tri", "toy-state"])
