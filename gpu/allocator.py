@@ -31,7 +31,7 @@ from kvarena.gpu.kernels.zero import zero_slots
 from kvarena.gpu.moves import MoveOps
 from kvarena.gpu.moveseq import MoveSeq
 from kvarena.gpu.pagetable import PageTables
-from kvarena.gpu.planner import Band, Ladder, Ledger, Role, View, float_hints, place
+from kvarena.gpu.planner import Band, Ladder, Ledger, Role, View, place
 from kvarena.gpu.results import BatchResult
 from kvarena.gpu.staging import Staging
 from kvarena.gpu.tables import Tables
@@ -67,6 +67,7 @@ from kvarena.spec.guards import (
 )
 from kvarena.spec.layout import Kind
 from kvarena.spec.models import ArenaConfig, Shape, chain, worst_case_demand
+from kvarena.spec.pools import float_hints  # where an empty float reopens: the spec's split-pool sizing
 from kvarena.spec.types import Admission, Hold, Mode, Observation, Plan, Rung, User, UserKind
 
 _NONE = np.zeros(0, dtype=np.int64)

@@ -16,7 +16,6 @@ import heapq
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from fractions import Fraction
 from itertools import chain as concat
 from itertools import islice
 
@@ -26,8 +25,6 @@ from sortedcontainers import SortedList
 from kvarena.gpu.moveseq import MoveSeq
 from kvarena.spec.errors import AdmissionRejectedError
 from kvarena.spec.guards import ceil_div as cdiv  # the spec's one ceil division
-from kvarena.spec.layout import Kind, entry_layout
-from kvarena.spec.models import ArenaConfig, chain
 from kvarena.spec.sizing import least, size_ends
 from kvarena.spec.types import Move, Plan, Role, Rung
 
@@ -599,35 +596,3 @@ class Ladder:
         return AdmissionRejectedError(
             f"no rung of the ladder fits {dict(demand)}: short {short} pages ({nbytes} B) after compaction and "
             "relayout; evict cache-only pages (drop) or retract a request, then retry", short, nbytes)
-
-
-def float_hints(config: ArenaConfig) -> dict[str, int]:
-    """Where an empty float starts: the byte its region starts at in SGLang's split-pool sizing
-    (spec/arena.md §Split-pool baseline), in exact rationals: a ratio is the decimal it is written as."""
-    def exact(x: float | int | Fraction) -> Fraction:
-        return Fraction(x) if isinstance(x, int | Fraction) else Fraction(repr(float(x)))
-
-    classes = chain(config.model)
-    size: dict[str, int] = {}
-    rest = config.capacity
-    for c in classes:
-        if c.kind is Kind.RECURRENT:
-            r = exact(config.mamba_full_memory_ratio)
-            size[c.name] = config.capacity * r.numerator // (r.denominator + r.numerator)
-            rest -= size[c.name]
-    full = next(c for c in classes if c.kind is Kind.FULL)
-    windows = [c for c in classes if c.kind is Kind.WINDOW]
-    r = exact(config.swa_full_tokens_ratio)
-    full_tokens = rest // (entry_layout(full).entry_bytes + r * sum(entry_layout(w).entry_bytes for w in windows))
-    for w in windows:
-        size[w.name] = (full_tokens * r.numerator // r.denominator) * entry_layout(w).entry_bytes
-    size[full.name] = rest - sum(size[w.name] for w in windows)
-    hints: dict[str, int] = {}
-    cursor = 0
-    for i, c in enumerate(classes):
-        p = config.page_bytes(c.name)
-        lo = cdiv(cursor, p) * p
-        if 0 < i < len(classes) - 1:
-            hints[c.name] = lo
-        cursor = lo + max(0, min(size[c.name], config.capacity - lo) // p) * p
-    return hints

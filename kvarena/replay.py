@@ -19,7 +19,6 @@ from dataclasses import asdict, dataclass, field
 
 from kvarena.reference.arena import Arena
 from kvarena.reference.invariants import check_all
-from kvarena.reference.sizing import split_regions
 from kvarena.reference.split import SplitPools
 from kvarena.simulator.arrivals import Arrival, TraceSource
 from kvarena.simulator.budget import GiB
@@ -29,6 +28,7 @@ from kvarena.simulator.scheduler import SIMPLE, SchedulerInvariantError, Schedul
 from kvarena.simulator.scheduler import run as run_scheduler
 from kvarena.spec.errors import ArenaError, CapacityTooSmallError
 from kvarena.spec.models import PRESETS, ArenaConfig, preset
+from kvarena.spec.pools import split_regions
 from kvarena.text import MAX_REQUESTS, UsageError, _floor, check_arena_size, check_requests, check_run_flags, gib
 
 # ---- scheduler model (kvarena/simulator/scheduler.py SIMPLE, shared with `kvarena simulate`) ------

@@ -31,7 +31,6 @@ from kvarena.reference.ladder import (
     plan_float_relayout,
 )
 from kvarena.reference.policy import Ladder, Policy, takes_below
-from kvarena.reference.sizing import float_hints  # the sizing shared with the split-pool baseline
 from kvarena.reference.validate import policy_call, validate_plan
 from kvarena.spec.errors import (
     AdmissionRejectedError,
@@ -66,6 +65,7 @@ from kvarena.spec.guards import (
 )
 from kvarena.spec.layout import Kind, entries_per_page, entry_layout
 from kvarena.spec.models import ArenaConfig, Shape, chain, worst_case_demand
+from kvarena.spec.pools import float_hints  # the split-pool sizing (§Split-pool baseline): where a float reopens
 from kvarena.spec.sizing import least, size_ends
 from kvarena.spec.types import Admission, Hold, Mode, Move, Plan, Role, Rung, User, UserKind
 

@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from kvarena.reference.arena import Arena
 from kvarena.reference.bands import Band, BandView
 from kvarena.reference.ladder import Placement
-from kvarena.reference.sizing import split_regions
 from kvarena.spec.errors import CapacityTooSmallError
 from kvarena.spec.models import ArenaConfig, worst_case_demand
+from kvarena.spec.pools import split_regions
 from kvarena.spec.types import Plan, Rung
 
 

@@ -39,7 +39,6 @@ from typing import Any
 
 from kvarena.engines.sglang.adapter import SGLangArena, WouldBlock, load_sglang
 from kvarena.reference.arena import Stats
-from kvarena.reference.sizing import split_regions
 from kvarena.spec.errors import (
     AdmissionRejectedError,
     CapacityTooSmallError,
@@ -51,6 +50,7 @@ from kvarena.spec.errors import (
 )
 from kvarena.spec.layout import Kind
 from kvarena.spec.models import ArenaConfig, chain, worst_case_demand
+from kvarena.spec.pools import split_regions
 from kvarena.spec.types import UserKind
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from kvarena.reference.sizing import split_regions
 from kvarena.simulator import rules
 from kvarena.simulator.costmodel import CostModel
 from kvarena.simulator.engines import ENGINES, Engine
@@ -20,6 +19,7 @@ from kvarena.simulator.vllm_model import VllmPool
 from kvarena.simulator.workloads import Workload
 from kvarena.spec.layout import Kind
 from kvarena.spec.models import DEFAULT_MAMBA_FULL_MEMORY_RATIO, DEFAULT_SWA_FULL_TOKENS_RATIO, ArenaConfig, preset
+from kvarena.spec.pools import split_regions
 
 DEFAULT_POLICIES = ("default",)  # `--policies all` runs every shipped policy as its own column
 # --ratio-sweep: split pools at these ratios besides the default (the flag the model's kind uses)

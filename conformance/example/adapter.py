@@ -11,10 +11,10 @@ from collections.abc import Mapping, Sequence
 from kvarena.conformance.adapter.base import PoolAdapter
 from kvarena.conformance.example.pool import PoolFull, TwoEndedPool
 from kvarena.reference.arena import Arena
-from kvarena.reference.sizing import split_regions
 from kvarena.spec.errors import CapacityTooSmallError
 from kvarena.spec.layout import entry_layout
 from kvarena.spec.models import ArenaConfig, chain, worst_case_demand
+from kvarena.spec.pools import split_regions
 
 PROTOCOL_VERSION = 10  # the adapter protocol this was written for: conform names any change since (CHANGELOG.md)
 

@@ -15,10 +15,10 @@ from __future__ import annotations
 from kvarena.conformance.adapter.base import PoolAdapter
 from kvarena.conformance.example.adapter import TwoEndedAdapter
 from kvarena.conformance.example.pool import TwoEndedPool
-from kvarena.reference.sizing import split_regions
 from kvarena.spec.errors import CapacityTooSmallError
 from kvarena.spec.layout import entry_layout
 from kvarena.spec.models import ArenaConfig, chain, worst_case_demand
+from kvarena.spec.pools import split_regions
 
 
 def _ceil_div(a: int, b: int) -> int:

@@ -41,10 +41,10 @@ from kvarena.conformance.machine.harness import (
     config_from_json,
     config_to_json,
 )
-from kvarena.reference.sizing import float_hints
 from kvarena.spec.errors import ERROR_CODES, ArenaError
 from kvarena.spec.layout import entry_layout
 from kvarena.spec.models import ArenaConfig, chain
+from kvarena.spec.pools import float_hints
 
 FORMAT = "kvarena-vectors"
 VERSION = 1

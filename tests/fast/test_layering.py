@@ -129,7 +129,7 @@ def test_reference_and_spec_are_scanned() -> None:
     """The scan sees real imports (guards against a checker that finds nothing)."""
     src = (ROOT / "reference" / "arena.py").read_text(encoding="utf-8")
     mods = {m for _, m in imported_modules(src, "kvarena.reference")}
-    assert "kvarena.spec.errors" in mods and "kvarena.reference.sizing" in mods
+    assert "kvarena.spec.errors" in mods and "kvarena.reference.bands" in mods
     src = (ROOT / "proofs" / "harness.py").read_text(encoding="utf-8")
     assert "kvarena.proofs.replay" in {m for _, m in imported_modules(src, "kvarena.proofs")}  # nested in a function
 

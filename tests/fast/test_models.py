@@ -9,7 +9,6 @@ import pytest
 
 from kvarena.reference.arena import Arena
 from kvarena.reference.invariants import check_all
-from kvarena.reference.sizing import exact_ratio, float_hints, split_bytes, split_regions
 from kvarena.reference.split import SplitPools
 from kvarena.spec.errors import AdmissionRejectedError, CapacityTooSmallError, ConfigError, MisalignedRowError
 from kvarena.spec.layout import (
@@ -39,6 +38,7 @@ from kvarena.spec.models import (
     validate_model,
     worst_case_demand,
 )
+from kvarena.spec.pools import exact_ratio, float_hints, split_bytes, split_regions
 
 ALL = sorted(PRESETS) + sorted(TOY_MODELS)
 

@@ -19,10 +19,10 @@ from kvarena.reference.arena import Arena
 from kvarena.reference.bands import Role
 from kvarena.reference.invariants import check_all
 from kvarena.reference.policy import POLICIES
-from kvarena.reference.sizing import split_regions
 from kvarena.reference.split import SplitPools
 from kvarena.spec.errors import AdmissionRejectedError, ArenaError, UnknownOwnerError, UnknownPageError
 from kvarena.spec.models import ArenaConfig, preset
+from kvarena.spec.pools import split_regions
 from kvarena.spec.types import Move, Rung, UserKind
 
 CAP = 4096

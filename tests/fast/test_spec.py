@@ -49,7 +49,7 @@ FIX = "update spec/arena.md from the reference or vice versa"
 REQUIRED_EXCERPTS = {
     "reference/arena.py": ["Arena.ladder"],
     "reference/ladder.py": ["place"],
-    "reference/sizing.py": ["split_bytes"],
+    "spec/pools.py": ["split_bytes"],
 }
 REQUIRED_CONSTANTS = {"ROW_ALIGN", "ENTRY_ALIGN", "DTYPE_BYTES", "DEFAULT_SWA_FULL_TOKENS_RATIO",
                       "DEFAULT_MAMBA_FULL_MEMORY_RATIO"}
@@ -252,7 +252,7 @@ PROSE_DEFINED = {
     ("spec/layout.py", "entry_layout"): "Rows, state classes and entries",  # rows packed, aligned 16 / 32 B
     ("spec/layout.py", "entries_per_page"): "Rows, state classes and entries",  # page_size, or 1 (recurrent)
     ("spec/models.py", "worst_case_demand"): "The feasibility floor",  # the per-class formula
-    ("reference/sizing.py", "exact_ratio"): "Split-pool baseline",  # the decimal a ratio is written as
+    ("spec/pools.py", "exact_ratio"): "Split-pool baseline",  # the decimal a ratio is written as
     # the shared vocabulary: fields given by the PLAN-SHAPE rule, classes by the §Errors table
     ("spec/types.py", "Plan"): "The validator's rules",
     ("spec/types.py", "Move"): "The validator's rules",
@@ -989,13 +989,13 @@ def test_self_containment_checker_fails() -> None:
     assert any("calls SortedList from sortedcontainers" in p
                for p in check(_excerpt("reference/arena.py", "Arena._checkpoint")))
     # a prose entry: its section must name it, and some excerpt must still need it
-    split = _excerpt("reference/sizing.py", "split_bytes")
+    split = _excerpt("spec/pools.py", "split_bytes")
     prose = {("spec/models.py", "chain"): "The chain", ("spec/layout.py", "entry_layout"): "The chain",
-             ("reference/sizing.py", "exact_ratio"): "The chain"}
+             ("spec/pools.py", "exact_ratio"): "The chain"}
     doc = "## The chain\n\nBands in `chain` order; `entry_layout` packs rows; `exact_ratio` is the decimal.\n\n" + split
     assert check(doc, prose) == []
     unfounded = check(doc.replace("`exact_ratio`", "exact_ratio"), prose)
-    assert unfounded == ["excerpt reference/sizing.py split_bytes calls exact_ratio: PROSE_DEFINED: §The chain does "
+    assert unfounded == ["excerpt spec/pools.py split_bytes calls exact_ratio: PROSE_DEFINED: §The chain does "
                          "not name `exact_ratio`, which it is listed as defining"], unfounded
     stale = check(doc, {**prose, ("spec/models.py", "preset"): "The chain"})
     assert stale == ["PROSE_DEFINED lists spec/models.py preset, which no excerpt calls any more: drop the entry"]

@@ -1,7 +1,8 @@
 """§Split-pool sizing (spec/arena.md §Split-pool baseline): the bytes SGLang's ratio flags give each class.
 
 The arena uses the same sizing for one thing only: where an empty float band reopens (``float_hints``, §State);
-the split-pool baseline (split.py) sizes its fixed regions with it.
+the split-pool baseline (reference/split.py) sizes its fixed regions with it. Both implementations call it (gpu/ too: it
+is spec, not reference logic).
 """
 
 from __future__ import annotations
