@@ -279,3 +279,16 @@ def test_live_in_is_the_live_slots() -> None:
     band.holes = SortedList([17, 18])
     assert list(_live_in(band, 10, 20)) == [10, 11, 12, 13, 14, 15, 16, 19]
     assert list(islice(chain(_live_in(band, 17, 20)), 5)) == [19]
+
+
+@pytest.mark.parametrize("plan", [plan_float_fewest, plan_float_relayout])
+def test_a_float_that_needs_nothing_plans_nothing(plan) -> None:
+    """No live, withheld or new page: no moves, the empty span (0, 0), an empty view of the same band (the arena
+    never asks this, a float with lo < hi keeps a live or withheld page at each edge; a policy may)."""
+    band = Band("f", Role.FLOAT, 4, 400)
+    for win_lo, win_hi, hint in ((0, 400, 160), (8, 12, 0), (0, 0, 0)):
+        r = plan(band, win_lo, win_hi, 0, hint, [])
+        assert r is not None and r.moves == [] and r.span == (0, 0)
+        v = r.view
+        assert (v.name, v.role, v.page_bytes, v.top, v.lo, v.hi, v.hole_count) == ("f", Role.FLOAT, 4, 100, 0, 0, 0)
+        assert v.first_holes(3) == []
