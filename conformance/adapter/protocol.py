@@ -76,7 +76,7 @@ REFERENCE_ALIAS = "reference"  # ``--impl reference``: the reference itself (a s
 # factory-level ``PROTOCOL_VERSION``; ``conform`` names the changes since (:func:`version_notes`). A new change:
 # bump PROTOCOL_VERSION, add its entry to PROTOCOL_CHANGES and its section to conformance/CHANGELOG.md
 # (tests/fast/test_protocol_version.py holds the three together).
-PROTOCOL_VERSION = 10
+PROTOCOL_VERSION = 11
 
 # version -> (date, what changed, what an adapter written for an older version changes)
 PROTOCOL_CHANGES: dict[int, tuple[str, str, str]] = {
@@ -122,6 +122,16 @@ PROTOCOL_CHANGES: dict[int, tuple[str, str, str]] = {
                        "(PoolAdapter now refuses it too)",
          "import argument checks from kvarena.spec.guards (guard_admit, guard_drop, ... for a whole operation's "
          "sequence), refuse the new cases with InvalidArgument, then set PROTOCOL_VERSION = 10"),
+    11: ("2026-12-06", "the batched machine drives an implementation's batched calls as an engine does: extend_batch "
+                       "and free_batch with the int row handles of an earlier result's rows and an int64 demand "
+                       "array; free_batch naming every owner of a shared page; refused lanes named again; "
+                       "token_locs past what an owner holds, or of no owner, and translate_tokens with an out_width "
+                       "narrower than its ids must raise (InvalidArgument / UnknownOwner) and change nothing; event "
+                       "users are released by the implementation's own poll() at the call the reference releases "
+                       "them, and poll() returns them in acquisition order",
+         "nothing for an adapter without batched calls; with them: accept result.rows as owners, refuse the new "
+         "cases with typed errors, poll at every call that can change pages or the ledger, then set "
+         "PROTOCOL_VERSION = 11"),
 }
 
 

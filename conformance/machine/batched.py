@@ -6,13 +6,26 @@ the error class and shortfall) is reconciled at the conductor's level exactly as
 the level's checks run once after the batch. So at ``exact`` the batch must be indistinguishable from the
 sequential calls. Also:
 
-``event_forward``  a FORWARD user acquired with an event on the implementation (a plain acquire on the
-                   reference); ``event_done`` completes the event and releases the user on both sides. An
-                   implementation that releases an event user before its event completed diverges.
+``decode_engine``  the engine's own form of a decode step: the int row handles earlier batch results returned
+                   (``result.rows``) and an int64 demand array, so gpu/'s lean decode path runs; lanes that are
+                   refused (the -1 row of a refused admission, a freed owner's stale handle, one past every
+                   table) are named again; then a row of each new page is written (and read back every step).
+``free_shared``    one ``free_batch`` naming every owner of a shared page, in any order: the last let-go frees it.
+``event_forward``  a FORWARD user acquired with an event, on both sides (each its own event object);
+                   ``event_done`` completes several pending events, in any order, on both sides at the same step:
+                   the next call that polls releases them on both sides, by the implementation's own polling
+                   (or, sometimes, one by hand); ``poll`` compares the names ``poll()`` releases, in order. An
+                   implementation that releases an event user before its event completed, or after the call
+                   that must poll it, diverges.
 ``token_locs``     the physical entry of tokens ``[pre, seq)`` of each owner's pages of a class (SGLang's
-                   ``alloc_extend`` / ``alloc_decode`` output) against the reference's v->p.
+                   ``alloc_extend`` / ``alloc_decode`` output) against the reference's v->p; asked past what an
+                   owner holds, or for an owner that is not admitted, it must refuse (typed) and change nothing.
 ``translate_pad``  ``translate_tokens(out=, out_width=)``: every id's lane against the reference's slot, every
-                   padding lane the implementation's padding entry, which must lie past the arena's last byte.
+                   padding lane the implementation's padding entry, which must lie past the arena's last byte;
+                   an ``out_width`` narrower than the ids is refused and leaves ``out`` untouched.
+
+A refused ``admit_batch`` lane's name is tried again later (a new admission; extends and frees of it are refused).
+The trace lines of ``event_done`` (``"op": "complete"``) and ``poll`` are the machine's own: no vector has them.
 
     batched_lockstep_for(factory, "exact")      # LockstepMachine + these rules
     run_batched_lockstep(factory, "exact", settings)
@@ -37,12 +50,13 @@ from kvarena.conformance.machine.harness import Expect, Outcome
 from kvarena.conformance.machine.lockstep import (
     Chooser,
     LockstepMachine,
+    _tag,
     as_rule,
     held_flat,
     live,
     requests,
 )
-from kvarena.spec.errors import ArenaError
+from kvarena.spec.errors import ArenaError, InvalidArgumentError, UnknownOwnerError
 from kvarena.spec.models import ArenaConfig
 from kvarena.spec.types import UserKind
 
@@ -57,6 +71,28 @@ class ManualEvent:
 
     def query(self) -> bool:
         return self.done
+
+
+def _state(c: Conductor, key: str, default: Any) -> Any:
+    """The machine's own bookkeeping on the conductor (handles, refused names, pending events)."""
+    return c.__dict__.setdefault(key, default)
+
+
+def _handles(c: Conductor) -> dict[str, int]:
+    """Owner name -> the row handle a batch result reported for it. A name is never admitted twice in this
+    machine (names are fresh), so the handle of an owner that is gone is stale: it must be refused."""
+    return _state(c, "handles", {})
+
+
+def _keep(c: Conductor, names: Sequence[str], result: Any) -> Any:
+    """Remember the row handles of the lanes both sides admitted (``result.rows``); the result unchanged."""
+    rows = getattr(result, "rows", None)
+    if rows is not None and len(rows) == len(names):
+        live = set(c.oracle.owners())
+        for name, r in zip(names, np.asarray(rows).tolist()):
+            if r >= 0 and name in live:
+                _handles(c)[name] = int(r)
+    return result
 
 
 def _has(c: Conductor, method: str) -> bool:
@@ -127,7 +163,7 @@ def _as_array(c: Conductor, ch: Chooser, demands: list[dict[str, int]]) -> Any:
 
 def _owners(c: Conductor, ch: Chooser, lo: int, hi: int) -> list[str]:
     reqs = requests(c)
-    pool = [*reqs, "ghost"] if reqs else ["ghost"]
+    pool = [*reqs, "ghost", *_refused(c)[-2:]]
     out = [ch.choice(pool, "owner") for _ in range(ch.integer(lo, hi, "n"))]
     if out and ch.integer(0, 4, "repeat") == 0:
         out.append(out[0])
@@ -138,20 +174,31 @@ def _owners(c: Conductor, ch: Chooser, lo: int, hi: int) -> list[str]:
 # The rules
 
 
+def _refused(c: Conductor) -> list[str]:
+    """Names of admit_batch lanes both sides refused and nobody admitted since (in refusal order)."""
+    live = set(c.oracle.owners())
+    return [o for o in _state(c, "refused", []) if o not in live]
+
+
 def r_admit_batch(c: Conductor, ch: Chooser, limited: bool = False) -> None:
     n = ch.integer(1, 6, "n")
     owners = [c.fresh("ab") for _ in range(n)]
     if c.oracle.owners() and ch.integer(0, 5, "dup") == 0:
         owners[-1] = ch.choice(c.oracle.owners(), "existing")
+    again = _refused(c)
+    if again and ch.integer(0, 2, "again") == 0:  # a refused lane named again: a new admission of that name
+        owners[0] = ch.choice(again, "refused")
     demands = _demands(c, ch, n, 3)
     form = _as_array(c, ch, demands)
     items = [{"owner": o, "demand": d, "shared": []} for o, d in zip(owners, demands)]
+    kw = {}
     if limited:  # one placement limit for every lane: the sequential calls each take it
-        below = random_below(c, ch)
-        items = [{**x, "below": below} for x in items]
-        batch(c, "admit", items, lambda a, res: a.admit_batch([x["owner"] for x in res], form, below=below))
-        return
-    batch(c, "admit", items, lambda a, res: a.admit_batch([x["owner"] for x in res], form))
+        kw["below"] = random_below(c, ch)
+        items = [{**x, "below": kw["below"]} for x in items]
+    exps = batch(c, "admit", items, lambda a, res: _keep(c, owners, a.admit_batch(owners, form, **kw)))
+    seen = _state(c, "refused", [])
+    live = set(c.oracle.owners())
+    seen.extend(o for o, e in zip(owners, exps) if not e.ok and o not in live and o not in seen)
 
 
 def r_extend_batch(c: Conductor, ch: Chooser, limited: bool = False) -> None:
@@ -159,12 +206,11 @@ def r_extend_batch(c: Conductor, ch: Chooser, limited: bool = False) -> None:
     demands = _demands(c, ch, len(owners), 2)
     form = _as_array(c, ch, demands)
     items = [{"owner": o, "demand": d} for o, d in zip(owners, demands)]
+    kw = {}
     if limited:
-        below = random_below(c, ch)
-        items = [{**x, "below": below} for x in items]
-        batch(c, "extend", items, lambda a, res: a.extend_batch([x["owner"] for x in res], form, below=below))
-        return
-    batch(c, "extend", items, lambda a, res: a.extend_batch([x["owner"] for x in res], form))
+        kw["below"] = random_below(c, ch)
+        items = [{**x, "below": kw["below"]} for x in items]
+    batch(c, "extend", items, lambda a, res: _keep(c, owners, a.extend_batch(owners, form, **kw)))
 
 
 def _limited(c: Conductor, method: str) -> bool:
@@ -172,29 +218,134 @@ def _limited(c: Conductor, method: str) -> bool:
     return _has(c, method) and offers_below(c) and takes(getattr(c.impl.alloc, method), "below")
 
 
-def r_decode_step(c: Conductor, ch: Chooser) -> None:
-    """Every request, one page each of the classes a token crossing a page boundary needs (some requests only)."""
-    owners = requests(c)
+def r_decode_step(c: Conductor, ch: Chooser, owners: list[str] | None = None) -> None:
+    """Every request (or ``owners``), one page each of the classes a token crossing a page boundary needs (some
+    requests only)."""
+    owners = requests(c) if owners is None else owners
     grow = [k for k in c.order if c.geo.kind[k].value != "recurrent"]
     demands = [{k: (1 if k in grow and ch.boolean("crosses") else 0) for k in c.order} for _ in owners]
     form = _as_array(c, ch, demands)
     items = [{"owner": o, "demand": d} for o, d in zip(owners, demands)]
-    batch(c, "extend", items, lambda a, res: a.extend_batch([x["owner"] for x in res], form))
+    batch(c, "extend", items, lambda a, res: _keep(c, owners, a.extend_batch(owners, form)))
+
+
+def _stale(c: Conductor) -> list[tuple[str, int]]:
+    """(name, handle) of owners that are gone: their handles must be refused."""
+    live = set(c.oracle.owners())
+    return [(o, r) for o, r in _handles(c).items() if o not in live]
+
+
+def r_decode_engine(c: Conductor, ch: Chooser) -> None:
+    """One to four decode steps as an engine issues them: row handles and an int64 (requests, classes) array;
+    one end class grows (one page per lane, or some lanes), sometimes with a refused lane; then one row of
+    some new pages is written, so every later step reads it back (moves must carry it)."""
+    missing = [o for o in requests(c) if o not in _handles(c)]
+    if missing:  # the engine learns its handles from a step by name (``result.rows``): a decode step of theirs
+        r_decode_step(c, ch, missing)
+    for _ in range(ch.integer(1, 4, "steps")):
+        _decode_engine_step(c, ch)
+
+
+def _decode_engine_step(c: Conductor, ch: Chooser) -> None:
+    hs = _handles(c)
+    mine = [o for o in requests(c) if o in hs]
+    ends = [k for k in dict.fromkeys((c.order[0], c.order[-1])) if c.geo.kind[k].value != "recurrent"]
+    if not mine or not ends:
+        return
+    owners = ch.subset(mine, 1, 8, "owners")
+    cls = ch.choice(ends, "cls")
+    j = c.order.index(cls)
+    shape = ch.integer(0, 2, "shape")  # 0: one page per lane (the decode pattern), 1: some lanes, 2: 0..2 a lane
+    per = [1 if shape == 0 else ch.integer(0, 1 if shape == 1 else 2, "pages") for _ in owners]
+    handles = [hs[o] for o in owners]
+    if ch.integer(0, 5, "refused") == 0:  # a lane the arena must refuse, named as an engine names it
+        stale = _stale(c)
+        name, h = ch.choice([*stale, ("ghost", -1), ("ghost", 1 << 40)], "bad_lane")
+        at = ch.integer(0, len(owners), "at")
+        owners.insert(at, name)
+        handles.insert(at, h)
+        per.insert(at, 1)
+    rows = np.array(handles, dtype=np.int64)
+    demands = np.zeros((len(owners), len(c.order)), dtype=np.int64)
+    demands[:, j] = per
+    items = [{"owner": o, "demand": {k: (p if k == cls else 0) for k in c.order}} for o, p in zip(owners, per)]
+    exps = batch(c, "extend", items, lambda a, res: a.extend_batch(rows, demands))
+    completed = _state(c, "completed", [])
+    if completed and ch.integer(0, 3, "late_release") == 0:  # refused on both sides iff a poll released it
+        c.run("release", user=ch.choice(completed[-4:], "user"))
+    if ch.boolean("write_back"):
+        for e in exps:
+            for h in (e.pages or {}).get(cls, []) if e.ok else []:
+                c.run("write", page=h, entry=ch.integer(0, c.geo.entries[cls] - 1, "entry"),
+                      row=ch.integer(0, c.geo.rows[cls] - 1, "row"), tag=_tag(c))
+    # what the engine does next in the same step: the new tokens' locations (by handle); the step's forward
+    # holding the batch's pages until its event completes; requests finishing (freed by handle: their pages
+    # stay withheld while a forward reads them); earlier forwards completing, released by the next call's poll
+    ok = [o for o, e in zip(owners, exps) if e.ok and o in set(requests(c))]
+    if ok and _has(c, "token_locs") and ch.boolean("locs"):
+        epp = c.geo.entries[cls]
+        seq = [len(c.oracle.arena.owners[o][cls]) * epp - ch.integer(0, epp - 1, "slack") for o in ok]
+        seq = [max(s, 0) for s in seq]
+        _token_locs_agree(c, cls, ok, [max(s - 1, 0) for s in seq], seq, True)
+    if ok and _has(c, "poll") and ch.boolean("forward"):
+        r_event_forward(c, ch, ch.subset(ok, 1, len(ok), "in_forward"))
+    if ok and ch.boolean("finish"):
+        done = ch.subset(ok, 1, 2, "finished")
+        hrows = np.array([_handles(c)[o] for o in done], dtype=np.int64)
+        batch(c, "free", [{"owner": o} for o in done], lambda a, res: a.free_batch(hrows))
+    if _pending(c) and ch.boolean("completes"):
+        r_event_done(c, ch)
 
 
 def r_free_batch(c: Conductor, ch: Chooser) -> None:
     owners = _owners(c, ch, 1, 4)
+    if ch.boolean("handles") and all(o in _handles(c) for o in owners):  # the engine's form: its row handles
+        rows = np.array([_handles(c)[o] for o in owners], dtype=np.int64)
+        batch(c, "free", [{"owner": o} for o in owners], lambda a, res: a.free_batch(rows))
+        return
     batch(c, "free", [{"owner": o} for o in owners], lambda a, res: a.free_batch([x["owner"] for x in res]))
 
 
-def r_event_forward(c: Conductor, ch: Chooser) -> None:
-    owner = ch.choice(requests(c), "owner")
-    pages = held_flat(c, owner)
+def _sharers(c: Conductor) -> dict[int, list[str]]:
+    """Live pages held by two or more requests -> their holders."""
+    by: dict[int, list[str]] = {}
+    for o in requests(c):
+        for h in held_flat(c, o):
+            by.setdefault(h, []).append(o)
+    return {h: os for h, os in by.items() if len(os) > 1}
+
+
+def r_free_shared(c: Conductor, ch: Chooser) -> None:
+    """Every owner of a shared page freed by one ``free_batch``, in any order (and sometimes another owner): the
+    page is freed by the lane whose let-go takes its count to 0, and reported there."""
+    sharers = _sharers(c)
+    if not sharers:
+        return
+    page = ch.choice(sorted(sharers), "page")
+    owners = ch.subset(sharers[page], len(sharers[page]), len(sharers[page]), "order")
+    others = [o for o in requests(c) if o not in owners]
+    if others and ch.boolean("another"):
+        owners.insert(ch.integer(0, len(owners), "at"), ch.choice(others, "other"))
+    if ch.boolean("handles") and all(o in _handles(c) for o in owners):
+        rows = np.array([_handles(c)[o] for o in owners], dtype=np.int64)
+        batch(c, "free", [{"owner": o} for o in owners], lambda a, res: a.free_batch(rows))
+        return
+    batch(c, "free", [{"owner": o} for o in owners], lambda a, res: a.free_batch(list(owners)))
+
+
+def r_event_forward(c: Conductor, ch: Chooser, owners: Sequence[str] | None = None) -> None:
+    """A forward pass over one request's pages (or every page of ``owners``: an engine step's batch), acquired
+    with an event on both sides."""
+    if owners is None:
+        owners = [ch.choice(requests(c), "owner")]
+    pages = [h for o in owners for h in held_flat(c, o)]
     if not pages:
         return
     user, kind = c.fresh("ev"), ch.choice(FORWARD, "kind")
     event = ManualEvent()
     args = {"user": user, "kind": kind, "pages": pages}
+
+    ref_event = ManualEvent()  # the reference's own: completed at the same step as the implementation's
 
     def acquire(a: Any, res: list[dict]) -> list[Any]:
         x = res[0]
@@ -204,7 +355,8 @@ def r_event_forward(c: Conductor, ch: Chooser) -> None:
             return [e]
 
     c.nstep += 1
-    exp = c.oracle.apply("acquire", args)
+    polls = c.completed_events()
+    exp = c.oracle.apply("acquire", args, event=ref_event)
     c.steps.append({"step": c.nstep, "op": "acquire", "args": args, "expect": exp.to_json("acquire"),
                     "event": True})
     if c.impl is None:
@@ -213,39 +365,111 @@ def r_event_forward(c: Conductor, ch: Chooser) -> None:
     r = acquire(c.impl.alloc, [c.impl.h.args_for_call("acquire", args)])[0]
     out = _outcome("acquire", r, c.order) if isinstance(r, BaseException) else Outcome()
     c._reconcile("acquire", args, exp, out)
-    c.check_after("acquire", unchanged=not exp.ok)
+    c.check_after("acquire", unchanged=not exp.ok and not polls)
     if exp.ok:
-        c.__dict__.setdefault("events", {})[user] = event
+        _state(c, "events", {})[user] = (event, ref_event)
+
+
+def _pending(c: Conductor) -> list[str]:
+    """Event users whose events have not completed (acquisition order)."""
+    return [u for u in _state(c, "events", {}) if u in c.users]
 
 
 def r_event_done(c: Conductor, ch: Chooser) -> None:
-    """The forward's event completes: the implementation may release the user at its next call; the harness
-    releases it on both sides now (the reference has no events)."""
-    events = c.__dict__.get("events", {})
-    user = ch.choice(sorted(u for u in events if u in c.users), "user")
-    events.pop(user).done = True
-    c.run("release", user=user)
+    """Several forwards' events complete, in any order, on both sides at once. Nobody releases them: each side's
+    next call that polls does (spec §Ledger, Event users), the same call on both; sometimes one is released by
+    hand first (rule 3: released once, its event then ignored)."""
+    events = _state(c, "events", {})
+    pending = _pending(c)
+    users = ch.subset(pending, min(2, len(pending)), 4, "users")
+    for u in users:
+        for e in events.pop(u):
+            e.done = True
+    _state(c, "completed", []).extend(users)
+    c.steps.append({"step": c.nstep, "op": "complete", "args": {"users": users}, "note": "events completed"})
+    then = ch.integer(0, 3, "then")
+    if then == 0:
+        c.run("release", user=ch.choice(users, "user"))
+    elif then < 3:  # the engine polls at the step boundary
+        r_poll(c, ch)
+
+
+def r_poll(c: Conductor, ch: Chooser) -> None:
+    """``poll()`` on both sides: the same users released, in acquisition order (the event objects are each
+    side's own, so the reference's poll is compared directly)."""
+    c.nstep += 1
+    want = c.oracle.arena.poll()
+    c.steps.append({"step": c.nstep, "op": "poll", "args": {}, "expect": {"returns": want}})
+    try:
+        got = list(c.impl.alloc.poll())
+    except Exception as e:
+        c.fail(f"poll() raised {type(e).__name__}: {e}; it never refuses")
+    if got != want:
+        c.fail(f"poll() released {got}, the reference {want} (every event user whose event completed, in "
+               "acquisition order; none before)", inv="INV-LEDGER-SAFETY")
+    c.check_after("poll", unchanged=False)
+
+
+def _refuses(c: Conductor, what: str, fn: Callable[[], Any], error: type[ArenaError]) -> None:
+    """``fn`` must raise ``error`` and leave the observable state unchanged (a query refused)."""
+    before = c.impl.observe()
+    try:
+        got = fn()
+    except error:
+        pass
+    except Exception as e:
+        c.fail(f"{what} raised {type(e).__name__}: {e}; it must raise {error.__name__} (typed: the call is "
+               "malformed or asks past what is held)")
+    else:
+        c.fail(f"{what} returned {got!r:.200}; it must raise {error.__name__}", inv="INV-VMAP-BIJECTIVE")
+    if c.impl.observe() != before:
+        c.fail(f"{what} was refused but changed the observable state", inv="INV-REFUSAL-IS-NOOP")
 
 
 def r_token_locs(c: Conductor, ch: Chooser) -> None:
-    owners = sorted(set(_owners(c, ch, 1, 6)) - {"ghost"})
+    owners = sorted(set(_owners(c, ch, 1, 6)) & set(requests(c)))
     token = [k for k in c.order if c.geo.kind[k].value != "recurrent"]
     if not owners or not token:
         return
     cls = ch.choice(token, "cls")
     epp = c.geo.entries[cls]
     ref = c.oracle.arena
-    pre, seq, want = [], [], []
+    pre, seq = [], []
     for o in owners:
-        vids = list(ref.owners[o][cls])
-        hi = len(vids) * epp
+        hi = len(ref.owners[o][cls]) * epp
         p = ch.integer(0, hi, "pre")
-        s = ch.integer(p, min(hi, p + 2 * epp), "seq")
         pre.append(p)
-        seq.append(s)
+        seq.append(ch.integer(p, min(hi, p + 2 * epp), "seq"))
+    past = ch.integer(0, 3, "past")
+    if past == 1:  # one owner asked for tokens past the pages it holds
+        k = ch.integer(0, len(owners) - 1, "which")
+        seq[k] = len(ref.owners[owners[k]][cls]) * epp + ch.integer(1, epp, "beyond")
+    elif past == 2:  # a lane of no owner: a stale handle or a name never admitted
+        stale = _stale(c)
+        bad = ch.choice([o for o, _ in stale] or ["ghost"], "nobody")
+        owners, pre, seq = [*owners, bad], [*pre, 0], [*seq, 1]
+    if past in (1, 2):
+        _refuses(c, f"token_locs({cls!r}, {owners}, pre {pre}, seq {seq})",
+                 lambda: c.impl.alloc.token_locs(cls, owners, np.array(pre), np.array(seq)),
+                 InvalidArgumentError if past == 1 else UnknownOwnerError)
+        return
+    _token_locs_agree(c, cls, owners, pre, seq, ch.boolean("handles"))
+
+
+def _token_locs_agree(c: Conductor, cls: str, owners: list[str], pre: list[int], seq: list[int],
+                      handles: bool) -> None:
+    """``token_locs`` (by name, or by the engine's row handles where all are known) against the reference's v->p."""
+    ref = c.oracle.arena
+    epp = c.geo.entries[cls]
+    want = []
+    for o, p, s in zip(owners, pre, seq):
+        vids = list(ref.owners[o][cls])
         want += [ref.v2p[vids[q // epp]][1] * epp + q % epp for q in range(p, s)]
+    names: Any = owners
+    if handles and all(o in _handles(c) for o in owners):  # the engine's form
+        names = np.array([_handles(c)[o] for o in owners], dtype=np.int64)
     try:
-        got = c.impl.alloc.token_locs(cls, owners, np.array(pre), np.array(seq)).cpu().tolist()
+        got = c.impl.alloc.token_locs(cls, names, np.array(pre), np.array(seq)).cpu().tolist()
     except Exception as e:
         c.fail(f"token_locs({cls!r}, {owners}, pre {pre}, seq {seq}) raised {type(e).__name__}: {e}")
     if got != want:
@@ -269,6 +493,15 @@ def r_translate_pad(c: Conductor, ch: Chooser) -> None:
     other = [h for h in live(c) if c.oracle.cls_of(h) != cls][:1]
     foreign = [-1, 1 << 40] + [imp.h.vid_of[h] * epp for h in other]  # as tokens of cls's pages
     vt, want = vt + foreign, want + [pad] * len(foreign)
+    if ch.integer(0, 4, "narrow") == 0:  # an out_width narrower than the ids: refused, out untouched
+        out = torch.full((len(vt) + 3,), -7, dtype=torch.int64, device=a.device)
+        narrow = ch.integer(0, len(vt) - 1, "width")
+        _refuses(c, f"translate_tokens({cls!r}, {vt}, out_width={narrow})",
+                 lambda: a.translate_tokens(cls, torch.tensor(vt, dtype=torch.int64, device=a.device), out=out,
+                                            out_width=narrow), InvalidArgumentError)
+        if out.cpu().tolist() != [-7] * (len(vt) + 3):
+            c.fail(f"translate_tokens({cls!r}, {vt}, out_width={narrow}) was refused but wrote into out")
+        return
     width = len(vt) + ch.integer(0, 5, "padding")
     out = torch.full((width + 3,), -7, dtype=torch.int64, device=a.device)
     a.translate_tokens(cls, torch.tensor(vt, dtype=torch.int64, device=a.device), out=out, out_width=width)
@@ -291,9 +524,12 @@ BATCH_RULES: dict[str, tuple[Callable[[Conductor], bool] | None, Callable[[Condu
     "admit_batch_below": (lambda c: _limited(c, "admit_batch"), lambda c, ch: r_admit_batch(c, ch, True)),
     "extend_batch_below": (lambda c: _limited(c, "extend_batch") and bool(requests(c)),
                            lambda c, ch: r_extend_batch(c, ch, True)),
+    "decode_engine": (lambda c: _has(c, "extend_batch") and bool(requests(c)), r_decode_engine),
     "free_batch": (lambda c: _has(c, "free_batch") and bool(requests(c)), r_free_batch),
+    "free_shared": (lambda c: _has(c, "free_batch") and bool(_sharers(c)), r_free_shared),
     "event_forward": (lambda c: _has(c, "poll") and bool(requests(c)), r_event_forward),
-    "event_done": (lambda c: any(u in c.users for u in c.__dict__.get("events", {})), r_event_done),
+    "event_done": (lambda c: bool(_pending(c)), r_event_done),
+    "poll": (lambda c: _has(c, "poll"), r_poll),
     "token_locs": (lambda c: _has(c, "token_locs") and bool(requests(c)), r_token_locs),
     "translate_pad": (lambda c: _has(c, "pad_entry") and bool(c.oracle.live()), r_translate_pad),
 }

@@ -248,8 +248,9 @@ class Handles:
         return out
 
 
-def call(alloc: Any, op: str, a: Mapping[str, Any]) -> Any:
-    """Call ``op`` on an allocator with resolved arguments (virtual ids, UserKind)."""
+def call(alloc: Any, op: str, a: Mapping[str, Any], event: Any = None) -> Any:
+    """Call ``op`` on an allocator with resolved arguments (virtual ids, UserKind); ``event``: an acquire's
+    completion event (spec §Ledger, Event users), never part of a trace line."""
     if op == "admit":
         if "below" in a:  # only a step that names it passes it (an adapter without the feature never gets one)
             return alloc.admit(a["owner"], a["demand"], a["shared"], below=a["below"])
@@ -267,6 +268,8 @@ def call(alloc: Any, op: str, a: Mapping[str, Any]) -> Any:
     if op == "free":
         return alloc.free(a["owner"])
     if op == "acquire":
+        if event is not None:
+            return alloc.acquire(a["user"], a["kind"], a["pages"], event=event)
         return alloc.acquire(a["user"], a["kind"], a["pages"])
     if op == "release":
         return alloc.release(a["user"])
@@ -301,12 +304,12 @@ class LiveReference:
         self.next_handle = 0
         self.new_owner = False  # whether the last copy_state created its owner
 
-    def apply(self, op: str, args: Mapping[str, Any]) -> Expect:
+    def apply(self, op: str, args: Mapping[str, Any], event: Any = None) -> Expect:
         a = self.arena
         self.new_owner = op == "copy_state" and args.get("owner") not in a.owners  # (undo_admission)
         resolved = self.h.args_for_call(op, args)
         try:
-            result = call(a, op, resolved)
+            result = call(a, op, resolved, event)
         except PlanError as e:  # the reference's validator refused the reference's own plan
             raise AssertionError(f"the reference refused its own plan on {op} {args}: {e}; this is a bug in "
                                  "kvarena.reference (its planner and its plan validator disagree)") from e

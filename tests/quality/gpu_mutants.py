@@ -283,7 +283,7 @@ class Mutant:
     replacement: str
     why: str
     also: tuple[tuple[str, str], ...] = ()  # further (original, replacement) edits of the same bug
-    lockstep: str | None = None  # the path of the lockstep kill: "torch", "interpreter", or None (no such kill)
+    lockstep: str | tuple[str, ...] | None = None  # the path(s) of the lockstep kill: "torch", "interpreter"
     kernel: Callable[[types.ModuleType, str], None] | None = None  # the kernel check that must fail
     paths: tuple[str, ...] = ("triton", "torch")  # the paths on which the kernel check must fail
     steps: int | None = None  # steps per example of the lockstep kill, where the ci profile's 50 are too few
@@ -498,6 +498,51 @@ MUTANTS: tuple[Mutant, ...] = (
            "python -O) is all that stops it (check_error_table)",
            kernel=check_error_table, paths=("torch",)),
 )
+
+# -- the engine paths, as an engine drives them (conformance/machine/batched.py: decode_engine, free_shared, refused
+# lanes named again, token_locs past what is held, event users released by gpu/'s own polling) -------------------
+ENGINE: tuple[Mutant, ...] = (
+    Mutant("engine-fast-path-zeroing-skips-hole-pages", batch_mod,
+           "            zero_slots(self.mem.words, dev[:h], band.page_bytes)\n",
+           "            zero_slots(self.mem.words, dev[:0], band.page_bytes)\n",
+           "the lean decode step (int handles, one end band) hands out pages from the band's holes without zeroing "
+           "them: a request reads its predecessor's KV (the hand-out sweep after an engine decode step)",
+           lockstep=("torch", "interpreter"), machine="batched"),
+    Mutant("engine-shared-free-in-one-batch-leaks", batch_mod,
+           "        freed_mask = occ == self.refs[vids]  # the owner whose let-go takes the count to 0 frees "
+           "the page\n",
+           "        freed_mask = self.refs[vids] == 1\n",
+           "free_batch frees a page only if one owner held it when the batch began: a page whose every sharer is "
+           "freed by the same batch is never freed (it leaks, live with no owner)",
+           lockstep=("torch", "interpreter"), machine="batched"),
+    Mutant("engine-refused-lane-stays-admitted", batch_mod,
+           "                self.owners.forget(owners[r])\n",
+           "                pass\n",
+           "an admit_batch lane the ladder refused keeps the row it was given: named again, its owner extends (or "
+           "is a duplicate) where the sequential calls say it was never admitted",
+           lockstep=("torch", "interpreter"), machine="batched"),
+    Mutant("engine-token-locs-past-held", batch_mod,
+           "        if (page >= held[req]).any():\n",
+           "        if False:\n",
+           "token_locs answers for tokens past the pages an owner holds (another owner's page, or a stale table "
+           "entry) instead of refusing",
+           lockstep=("torch", "interpreter"), machine="batched"),
+    Mutant("engine-decode-step-skips-poll", batch_mod,
+           "        if self.users:  # nothing to release without a ledger user (the decode step's common case)\n",
+           "        if False:\n",
+           "extend_batch does not poll: a forward whose event completed keeps its freed pages withheld through "
+           "the decode step that needs them, while the sequential extends release them",
+           lockstep=("torch", "interpreter"), machine="batched"),
+    Mutant("engine-poll-releases-newest-first", allocator_mod,
+           "        done = [u for u, x in self.users.items() if x.event is not None and x.event.query()]\n"
+           "        for u in done:\n            self._release(u)\n        self.stats",
+           "        done = [u for u, x in reversed(self.users.items()) if x.event is not None and x.event.query()]\n"
+           "        for u in done:\n            self._release(u)\n        self.stats",
+           "poll releases the completed event users newest first, not in acquisition order (the names poll() "
+           "returns)",
+           lockstep=("torch", "interpreter"), machine="batched"),
+)
+MUTANTS = MUTANTS + ENGINE
 
 # The ten bug kinds the issue asks for, each a substring of at least one mutant's name.
 REQUIRED = ("off-by-one-frontier", "stale-translation-after-move", "partial-row-move", "reuse-withheld-page",
