@@ -1,5 +1,6 @@
 """The GPU benchmark scripts run end to end on CPU: ``bench/gpu.py --dry-run`` (every section, the Triton
-interpreter, tiny sizes, every GPU column "not measured") and ``bench/host_cost.py --smoke``."""
+interpreter, tiny sizes, every GPU column "not measured"), ``bench/host_cost.py --smoke``,
+``bench/decode_vs_sglang.py --smoke`` and ``bench/admission_h200.py --smoke``."""
 
 import json
 import os
@@ -36,3 +37,19 @@ def test_host_cost_smoke() -> None:
     assert "extend_batch" in out.stdout and "| 256 |" in out.stdout
     # the placement-limit section ran its own checks (every page in rung 1's batch, other holes taken with it)
     assert "without and with a placement limit" in out.stdout
+
+
+def test_decode_vs_sglang_smoke() -> None:
+    """SGLang's composite ``alloc_decode`` (its torch fallback at the kernel's launch site) against gpu/'s step."""
+    out = _run("bench/decode_vs_sglang.py", "--smoke", timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "UnifiedSWATokenToKVPoolAllocator.alloc_decode" in out.stdout and "| 256 |" in out.stdout
+    assert "zeroing off" in out.stdout
+
+
+def test_admission_h200_smoke() -> None:
+    """The admission-decision bench builds its states, reaches the intended rungs and finds the plans equal."""
+    out = _run("bench/admission_h200.py", "--smoke", timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "| gpt-oss-20b | 2 |" in out.stdout and "| hymba-1.5b | 3 |" in out.stdout
+    assert "no timed plan differed" in out.stdout
