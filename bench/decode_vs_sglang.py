@@ -44,7 +44,6 @@ import argparse
 import ast
 import dataclasses
 import datetime
-import gc
 import importlib
 import math
 import os
@@ -62,6 +61,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _provenance import machine_line, python_line, sh, write
+from _timing import interleave
 
 os.environ.pop("TRITON_INTERPRET", None)  # the plain-torch path of every kernel wrapper: the CPU torch path
 
@@ -215,20 +215,6 @@ class Gpu:
         return "{} uploads, {} scatters, {} zero launches".format(*(y - x for x, y in zip(before, after)))
 
 
-def _interleave(fns: dict[str, Callable[[], float]], reps: int, rng: random.Random) -> dict[str, list[float]]:
-    for f in fns.values():  # warm-up
-        f()
-    out: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(reps):
-        keys = list(fns)
-        rng.shuffle(keys)
-        for k in keys:
-            gc.disable()  # no collection inside the timed call (as timeit does), every side alike
-            try:
-                out[k].append(fns[k]())
-            finally:
-                gc.enable()
-    return out
 
 
 def rows_for(s: types.SimpleNamespace, config: Any, one_class: bool, ns: list[int], reps: int,
@@ -248,7 +234,7 @@ def rows_for(s: types.SimpleNamespace, config: Any, one_class: bool, ns: list[in
                 order = [c.name for c in chain(config.model)]
                 sg, gpu = Sg(comp, members, n, config.page_size), Gpu(config, n, [order[-1], order[0]])
             # the zeroing switch is set before each call's timer starts
-            t = _interleave({f"{k}{int(on)}": (lambda x=x, on=on: x.zero(on) or x.step())
+            t = interleave({f"{k}{int(on)}": (lambda x=x, on=on: x.zero(on) or x.step())
                              for k, x in (("g", gpu), ("s", sg)) for on in (False, True)}, reps, rng)
         gpu.zero(True)
         g0, g1, s0, s1 = (_stats(t[k]) for k in ("g0", "g1", "s0", "s1"))

@@ -47,6 +47,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _provenance import machine_line, python_line, sh, write
+from _timing import interleave
 
 os.environ.pop("TRITON_INTERPRET", None)  # the plain-torch path of every kernel wrapper: the CPU torch path
 
@@ -130,20 +131,6 @@ def counts_per_call(gpu: object, fn: Callable[[], object]) -> str:
     return f"{up} uploads, {scat} table scatters, {zero} zero launches, {move} move launches"
 
 
-def _interleave(fns: dict[str, Callable[[], float]], reps: int, rng: random.Random) -> dict[str, list[float]]:
-    for f in fns.values():  # warm-up
-        f()
-    samples: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(reps):
-        keys = list(fns)
-        rng.shuffle(keys)
-        for k in keys:
-            gc.disable()  # no collection inside the timed call (as timeit does), every side alike
-            try:
-                samples[k].append(fns[k]())
-            finally:
-                gc.enable()
-    return samples
 
 
 def decode_rows(config: object, ns: list[int], reps: int, rng: random.Random) -> tuple[list[str], dict]:
@@ -154,10 +141,10 @@ def decode_rows(config: object, ns: list[int], reps: int, rng: random.Random) ->
         fns = {"gpu": s.gpu_step, "ref": s.ref_step, "free": s.gpu_free}
         if s.sg is not None:
             fns["sg"] = s.sg_step
-        samples = _interleave(fns, reps, rng)
+        samples = interleave(fns, reps, rng)
         g, r, fr = _stats(samples["gpu"]), _stats(samples["ref"]), _stats(samples["free"])
         sg = _stats(samples["sg"]) if "sg" in samples else None
-        two = _interleave({"gpu": s.gpu_step, "sg": s.sg_step}, reps, rng) if s.sg is not None else None
+        two = interleave({"gpu": s.gpu_step, "sg": s.sg_step}, reps, rng) if s.sg is not None else None
         g2, sg2 = (_stats(two["gpu"]), _stats(two["sg"])) if two else (None, None)
         base = base or g[0]
         launches = counts_per_call(s.gpu, lambda s=s: s.gpu.extend_batch(s.rows, s.demand))
@@ -244,7 +231,7 @@ def limit_rows(config: object, ns: list[int], reps: int, rng: random.Random) -> 
         anchor = h.last_slots
         h.step(h.below)
         assert sorted(anchor) != sorted(h.last_slots), "the limit did not change which holes were taken"
-        samples = _interleave({"none": lambda h=h: h.step(None), "limit": lambda h=h: h.step(h.below)}, reps, rng)
+        samples = interleave({"none": lambda h=h: h.step(None), "limit": lambda h=h: h.step(h.below)}, reps, rng)
         a, b = _stats(samples["none"]), _stats(samples["limit"])
         rows.append(f"| {n:,} | {_fmt(*a)} | {_fmt(*b)} | {b[0] / a[0]:.2f}x |")
     return rows

@@ -38,6 +38,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _provenance import machine_line, python_line, sh, write
+from _timing import interleave
 
 os.environ.pop("TRITON_INTERPRET", None)  # the plain-torch path of every kernel wrapper
 
@@ -64,16 +65,6 @@ def _timed(fn: Callable[[], object]) -> float:
         gc.enable()
 
 
-def _interleave(fns: dict[str, Callable[[], float]], reps: int, rng: random.Random) -> dict[str, list[float]]:
-    for f in fns.values():  # warm-up
-        f()
-    out: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(reps):
-        keys = list(fns)
-        rng.shuffle(keys)
-        for k in keys:
-            out[k].append(fns[k]())
-    return out
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -218,7 +209,7 @@ def op_rows(reps: int, sizes: list[int], holes: int, ks: list[int], rng: random.
     rows, verdicts = [], []
 
     def row(label: str, fns: dict[str, Callable[[], float]], fair_batched: str = "") -> None:
-        got = {k: _stats(v) for k, v in _interleave(fns, reps, rng).items()}
+        got = {k: _stats(v) for k, v in interleave(fns, reps, rng).items()}
         r, g, s = got.get("reference"), got.get("gpu"), got.get("sglang")
         ratio = r[0] / s[0] if r and s else None
         g_ratio = g[0] / s[0] if g and s else None
@@ -315,7 +306,7 @@ def admission_rows(reps: int, scale: float, rng: random.Random) -> tuple[list[st
             gfn = {"gpu": lambda d=demand: _timed(lambda: g.plan_admission(d))}
         except AdmissionRejectedError as e:
             gpu_note, gfn = f"rejects ({e})"[:40], {}
-        got = {k: _stats(v) for k, v in _interleave(
+        got = {k: _stats(v) for k, v in interleave(
             {"reference": lambda d=demand: _timed(lambda: a.plan_admission(d)), **gfn}, reps, rng).items()}
         r = got["reference"]
         rows.append(f"| gpt-oss-20b, {cap / GiB:.1f} GiB | {rung} | {demand} | {len(plan.moves):,} "
@@ -337,7 +328,7 @@ def admission_rows(reps: int, scale: float, rng: random.Random) -> tuple[list[st
         demand = {f: 4 + 2 * (ws.page_bytes // a3.bands[f].page_bytes + 1)}
         plan = a3.plan_admission(demand)
         assert plan.rung.name == "RELAYOUT", plan.rung
-        samples = _interleave({"reference": lambda d=demand, a3=a3: _timed(lambda: a3.plan_admission(d))}, reps, rng)
+        samples = interleave({"reference": lambda d=demand, a3=a3: _timed(lambda: a3.plan_admission(d))}, reps, rng)
         r = _stats(samples["reference"])
         rows.append(f"| hymba-1.5b, {cap3 / GiB:.1f} GiB, float {float_pages:,} pages (gap below {below:,}) | 3 "
                     f"| {demand} | {len(plan.moves):,} | {_fmt(r)} | {r[2] * 1e6:,.1f} | - |")
