@@ -292,3 +292,18 @@ def test_a_float_that_needs_nothing_plans_nothing(plan) -> None:
         v = r.view
         assert (v.name, v.role, v.page_bytes, v.top, v.lo, v.hi, v.hole_count) == ("f", Role.FLOAT, 4, 100, 0, 0, 0)
         assert v.first_holes(3) == []
+
+
+def test_place_grows_a_float_first_toward_the_room_counted_in_whole_pages() -> None:
+    """§Rung 1: a non-empty float grows first toward the side with more room, room counted in its own whole pages:
+    4 B above and 5 B below are 2 pages each for 2 B pages, a tie, which goes up."""
+    views = [_view("L", Role.LOW, 0, 5), _view("F", Role.FLOAT, 5, 6, p=2), _view("H", Role.HIGH, 16, 20, top=20)]
+    fit = place(views, {"F": 1}, {"F": 10})
+    assert fit.ok and fit.slots["F"] == [6]  # bytes [12, 14): up; down would have been slot 4
+
+
+def test_place_puts_an_empty_float_without_a_hint_at_the_bottom_of_its_gap() -> None:
+    """A float the hints do not name is placed as if its hint were byte 0: the lowest slot of its host gap."""
+    views = [_view("L", Role.LOW, 0, 0), _view("F", Role.FLOAT, 0, 0), _view("H", Role.HIGH, 90, 100)]
+    fit = place(views, {"F": 3}, {})
+    assert fit.ok and fit.slots["F"] == [0, 1, 2]
