@@ -1,6 +1,7 @@
 """The reference's queries refuse malformed arguments with messages that name the query and the fix
-(spec/arena.md §Queries; tests/fast/test_errors.py checks the error class of each, this file the words a caller
-reads). Written from mutation testing's survivors on reference/arena.py (docs/mutation.md)."""
+(spec/arena.md §translate_token, §Padding lanes). tests/fast/test_errors.py checks the error class of each; this
+file checks the words a caller reads. Written from mutation testing's survivors on reference/arena.py
+(docs/mutation.md)."""
 
 from __future__ import annotations
 
