@@ -291,19 +291,28 @@ def _decode_engine_step(c: Conductor, ch: Chooser) -> None:
         r_event_forward(c, ch, ch.subset(ok, 1, len(ok), "in_forward"))
     if ok and ch.boolean("finish"):
         done = ch.subset(ok, 1, 2, "finished")
-        hrows = np.array([_handles(c)[o] for o in done], dtype=np.int64)
-        batch(c, "free", [{"owner": o} for o in done], lambda a, res: a.free_batch(hrows))
+        _free(c, done, _engine_form(c, done))
     if _pending(c) and ch.boolean("completes"):
         r_event_done(c, ch)
 
 
+def _engine_form(c: Conductor, owners: Sequence[str]) -> Any:
+    """``owners`` as an engine names them, the row handles results reported, where every one is known; else
+    the names."""
+    hs = _handles(c)
+    if all(o in hs for o in owners):
+        return np.array([hs[o] for o in owners], dtype=np.int64)
+    return list(owners)
+
+
+def _free(c: Conductor, owners: Sequence[str], form: Any) -> None:
+    """One ``free_batch`` of ``owners``, called with ``form`` (their names or their handles)."""
+    batch(c, "free", [{"owner": o} for o in owners], lambda a, res: a.free_batch(form))
+
+
 def r_free_batch(c: Conductor, ch: Chooser) -> None:
     owners = _owners(c, ch, 1, 4)
-    if ch.boolean("handles") and all(o in _handles(c) for o in owners):  # the engine's form: its row handles
-        rows = np.array([_handles(c)[o] for o in owners], dtype=np.int64)
-        batch(c, "free", [{"owner": o} for o in owners], lambda a, res: a.free_batch(rows))
-        return
-    batch(c, "free", [{"owner": o} for o in owners], lambda a, res: a.free_batch([x["owner"] for x in res]))
+    _free(c, owners, _engine_form(c, owners) if ch.boolean("handles") else list(owners))
 
 
 def _sharers(c: Conductor) -> dict[int, list[str]]:
@@ -326,11 +335,7 @@ def r_free_shared(c: Conductor, ch: Chooser) -> None:
     others = [o for o in requests(c) if o not in owners]
     if others and ch.boolean("another"):
         owners.insert(ch.integer(0, len(owners), "at"), ch.choice(others, "other"))
-    if ch.boolean("handles") and all(o in _handles(c) for o in owners):
-        rows = np.array([_handles(c)[o] for o in owners], dtype=np.int64)
-        batch(c, "free", [{"owner": o} for o in owners], lambda a, res: a.free_batch(rows))
-        return
-    batch(c, "free", [{"owner": o} for o in owners], lambda a, res: a.free_batch(list(owners)))
+    _free(c, owners, _engine_form(c, owners) if ch.boolean("handles") else list(owners))
 
 
 def r_event_forward(c: Conductor, ch: Chooser, owners: Sequence[str] | None = None) -> None:
@@ -465,9 +470,7 @@ def _token_locs_agree(c: Conductor, cls: str, owners: list[str], pre: list[int],
     for o, p, s in zip(owners, pre, seq):
         vids = list(ref.owners[o][cls])
         want += [ref.v2p[vids[q // epp]][1] * epp + q % epp for q in range(p, s)]
-    names: Any = owners
-    if handles and all(o in _handles(c) for o in owners):  # the engine's form
-        names = np.array([_handles(c)[o] for o in owners], dtype=np.int64)
+    names = _engine_form(c, owners) if handles else owners
     try:
         got = c.impl.alloc.token_locs(cls, names, np.array(pre), np.array(seq)).cpu().tolist()
     except Exception as e:
