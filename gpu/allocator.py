@@ -138,7 +138,7 @@ class GpuArena(BatchOps, MoveOps):
         self.owners.listener = self.ptab
         self.users: dict[str, User] = {}
         self.stats = {"moves": {2: 0, 3: 0}, "bytes_moved": {2: 0, 3: 0}, "move_launches": 0, "zero_launches": 0,
-                      "released_by_event": 0}
+                      "released_by_event": 0, "lean_steps": 0}
 
     def _check_floor(self) -> None:
         worst = worst_case_demand(self.config)

@@ -42,6 +42,7 @@ from kvarena.spec.guards import state_slots_error
 
 _EMPTY = np.zeros(0, dtype=np.int64)
 _I64 = np.dtype(np.int64)
+_ONE_CUT = np.zeros(1, dtype=np.int64)  # FreeResult.cuts when no owner is freed: one more cut than owners
 
 
 class BatchOps:
@@ -176,9 +177,11 @@ class BatchOps:
         log = self.owners
         if not (owners.ndim == 1 and log.all_live(owners)):  # every handle admitted (no ufunc)
             return None
-        c, counts = self._decode_demand(demands, n, k)
-        ones = counts is not None
-        if ones:  # one page of class c per lane: every demand check below holds, and the log's rows are the handles
+        decode = self._decode_demand(demands, n, k)
+        ones = decode is not None
+        counts = None
+        if decode is not None:  # one page of class c per lane: every check below holds; the log's rows are the handles
+            c, counts = decode
             total = n
         else:
             if demands.min() < 0:  # a malformed demand: the general path refuses that request alone
@@ -202,7 +205,7 @@ class BatchOps:
         h = min(total, len(holes))
         g = total - h
         low, high = self._chain[0], self._chain[-1]
-        floats = [b for b in self._chain[1:-1] if not b.empty] if k > 2 else None
+        floats = [b for b in self._chain[1:-1] if not b.empty]
         if floats:
             room = (floats[0].lo_byte - low.hi_byte if c == 0 else high.lo_byte - floats[-1].hi_byte) // band.page_bytes
         else:
@@ -247,14 +250,15 @@ class BatchOps:
             self.tables.bind_run(c, vids, slots, first, by_slot, v_run)
         zero_run(self.mem.words, first, g, band.page_bytes)
         self.stats["zero_launches"] += (h > 0) + (g > 0)
+        self.stats["lean_steps"] += 1  # what the decode benches rest on: a test holds the engine's step to it
         return BatchResult(list(self.order), demands.copy() if counts is None else counts, vids, slots,
                            rows=owners.copy())
 
-    def _decode_demand(self, demands: np.ndarray, n: int, k: int) -> tuple[int, np.ndarray | None]:
+    def _decode_demand(self, demands: np.ndarray, n: int, k: int) -> tuple[int, np.ndarray] | None:
         """``(c, pattern)`` when ``demands`` is one page of end class ``c`` per lane and nothing else (the decode
         step's demand): one byte comparison with a pattern made once per ``(n, c)``, in place of the four
         reductions (min, sum, column sum, nonzero count) the general lean checks take; the pattern (read-only)
-        is the result's counts. ``(k - 1, None)`` for any other demand."""
+        is the result's counts. None for any other demand."""
         pats = self.__dict__.setdefault("_decode_pats", {})
         raw = demands.tobytes()
         for c in (k - 1, 0):
@@ -268,7 +272,7 @@ class BatchOps:
                     del pats[next(iter(pats))]
             if raw == pat[0]:
                 return c, pat[1]
-        return k - 1, None
+        return None
 
     def _slot_run(self, c: int, band: Any) -> np.ndarray:
         """Band ``c``'s slots in the order its frontier hands them out (ascending for the low end, descending
@@ -370,7 +374,7 @@ class BatchOps:
         rows = all_rows[ok].tolist()
         names = [self.owners.names[r] for r in rows]
         if not rows:
-            return FreeResult(len(owners), _EMPTY, _EMPTY, {}, errors)
+            return FreeResult(len(owners), _EMPTY, _ONE_CUT, {}, errors)
         log, kk = self.owners, len(self.order)
         rows_a = np.array(rows, dtype=np.int64)
         e = log.entries_of_rows(rows_a)
@@ -434,9 +438,7 @@ class BatchOps:
     def _fast_prefix(self, d: np.ndarray, holes: tuple[int, int]) -> int:
         """How many leading requests of ``d`` rung 1 places vectorized (see the module docstring), given the
         end bands' hole counts."""
-        n, k = d.shape
-        if k < 2 or not n:
-            return 0
+        n, k = d.shape  # n >= 1 (a lane is left), k >= 2 (spec/models.py: a model has two classes or more)
         lim = n
         if k > 2:
             fl = d[:, 1:-1].any(axis=1)
@@ -521,7 +523,7 @@ class BatchOps:
             raise self.owners.missing(owners, int(np.argmax(rows < 0)), "token_locs: ")
         if not distinct(rows):
             raise InvalidArgumentError("token_locs: an owner appears twice; name each request once")
-        pre, seq = np.asarray(pre_lens, dtype=np.int64), np.asarray(seq_lens, dtype=np.int64)
+        pre, seq = _int_lens(pre_lens, "pre_lens"), _int_lens(seq_lens, "seq_lens")
         if pre.shape != (n,) or seq.shape != (n,) or (pre < 0).any() or (seq < pre).any():
             raise InvalidArgumentError("token_locs: pre_lens and seq_lens need one entry per owner, 0 <= pre <= seq")
         log, c, epp = self.owners, self.cidx[cls], self.mem.epp[cls]
@@ -557,6 +559,15 @@ class BatchOps:
             out = torch.empty(len(loc), dtype=torch.int64, device=self.device)
         out[:len(loc)].copy_(dev)
         return out[:len(loc)]
+
+
+def _int_lens(lens: Any, what: str) -> np.ndarray:
+    """Token counts as int64, refusing what would be truncated or reinterpreted (floats, bools, strings)."""
+    a = np.asarray(lens.cpu() if isinstance(lens, torch.Tensor) else lens)
+    if a.size and a.dtype.kind not in "iu":  # an empty list is float64 and means no lens
+        raise InvalidArgumentError(f"token_locs: {what} must be ints (token counts), got {a.dtype}; pass "
+                                   "one int per owner")
+    return a.astype(np.int64)
 
 
 def _occurrence(v: np.ndarray) -> np.ndarray:

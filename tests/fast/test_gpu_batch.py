@@ -292,7 +292,7 @@ def test_page_tables_follow_the_holdings(model: str, monkeypatch: pytest.MonkeyP
             seq = [min(len(ls.ref.held(o)[c]), 3) * epp for o in owners]  # within the tables: their path
             want_t = [ls.ref.v2p[ls.ref.held(o)[c][q // epp]][1] * epp + q % epp for o, n in zip(owners, seq)
                       for q in range(n)]
-            assert ls.gpu.token_locs(c, rows, np.zeros(len(rows)), np.array(seq)).tolist() == want_t
+            assert ls.gpu.token_locs(c, rows, np.zeros(len(rows), dtype=np.int64), np.array(seq)).tolist() == want_t
     assert overflowed, "no owner ever held more pages than the table's width"
 
 
