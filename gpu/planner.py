@@ -230,16 +230,17 @@ class _Gap:
         self.top = hi
 
 
-def place(views: Sequence[View], demand: Mapping[str, int], hints: Mapping[str, int]) -> Fit:
+def place(views: Sequence[View], demand: Mapping[str, int], hints: Mapping[str, int], slots: bool = True) -> Fit:
     """Holes nearest each anchor first; the rest from the gaps in a fixed order: the low end up, the high end
     down, non-empty floats (chain order; the side with more room first), then empty floats as one run at the
-    aligned slot nearest their hint."""
+    aligned slot nearest their hint. ``slots=False``: only whether it fits (``short``), in O(bands): no decision
+    reads a slot list, so a probe of the shortfall search lists no slots."""
     fit = Fit()
     extra: dict[str, int] = {}
     for v in views:
         want = demand.get(v.name, 0)
         from_holes = min(want, v.n_holes)
-        fit.slots[v.name] = list(v.take(from_holes))
+        fit.slots[v.name] = list(v.take(from_holes)) if slots else []
         extra[v.name] = want - from_holes
         fit.short[v.name] = 0
     present = [v for v in views if v.role is not Role.FLOAT or not v.empty]
@@ -252,16 +253,18 @@ def place(views: Sequence[View], demand: Mapping[str, int], hints: Mapping[str, 
 
     def up(v: View, g: _Gap, n: int) -> int:
         k = min(n, room(v, g))
-        first = g.bot // v.page_bytes
-        fit.slots[v.name].extend(range(first, first + k))
+        if slots:
+            first = g.bot // v.page_bytes
+            fit.slots[v.name].extend(range(first, first + k))
         g.bot += k * v.page_bytes
         g.mid = max(g.mid, g.bot)
         return n - k
 
     def down(v: View, g: _Gap, n: int) -> int:
         k = min(n, room(v, g))
-        first = g.top // v.page_bytes - 1
-        fit.slots[v.name].extend(range(first, first - k, -1))
+        if slots:
+            first = g.top // v.page_bytes - 1
+            fit.slots[v.name].extend(range(first, first - k, -1))
         g.top -= k * v.page_bytes
         return n - k
 
@@ -288,7 +291,8 @@ def place(views: Sequence[View], demand: Mapping[str, int], hints: Mapping[str, 
             fit.short[v.name] = n
             continue
         first = clamp(hints.get(v.name, 0) // p, lo, hi)
-        fit.slots[v.name].extend(range(first, first + n))
+        if slots:
+            fit.slots[v.name].extend(range(first, first + n))
         g.mid = (first + n) * p
     return fit
 
@@ -333,6 +337,26 @@ def compact_end(band: Band, barrier: int | None, read: Callable[[int], bool] | N
     return list(zip(srcs.tolist(), dsts.tolist())), _packed_view(band, srcs, dsts, read)
 
 
+def _frontier_terms(band: Band, barrier: int | None, n: int) -> tuple[np.ndarray, int]:
+    """For ``EndSeq``: the band's live slots on the far side of the barrier, farthest first (its first ``n`` are
+    the sequence's sources; the one after the k-th is the farthest still live after k moves), cut at ``n + 1``;
+    and the farthest slot no move frees (a live page on the anchor side of the barrier, or a withheld slot;
+    -1 for none)."""
+    arr, lo, hi = band.live.arr, band.lo, band.hi  # type: ignore[attr-defined]
+    wh = [w for w in band.withheld if lo <= w < hi]
+    if band.role is Role.LOW:
+        cut = lo if barrier is None else max(lo, barrier + 1)
+        nxt = np.flatnonzero(arr[cut:hi] >= 0)[::-1][:n + 1] + cut
+        below = np.flatnonzero(arr[lo:cut] >= 0)
+        far = [*wh, *([int(below[-1]) + lo] if len(below) else [])]
+        return nxt, max(far) if far else -1
+    cut = hi if barrier is None else min(hi, barrier)
+    nxt = np.flatnonzero(arr[lo:cut] >= 0)[:n + 1] + lo
+    above = np.flatnonzero(arr[cut:hi] >= 0)
+    near = [*wh, *([int(above[0]) + cut] if len(above) else [])]
+    return nxt, min(near) if near else -1
+
+
 def _packed_view(band: Band, srcs: np.ndarray, dsts: np.ndarray, read: Callable[[int], bool] | None) -> View:
     """An end band after the moves ``srcs -> dsts`` (a prefix of its two-pointer sequence)."""
     if not len(srcs):
@@ -368,7 +392,13 @@ def _packed_view(band: Band, srcs: np.ndarray, dsts: np.ndarray, read: Callable[
 class EndSeq:
     """One end band's moves for the shortfall-sized rung 2 (spec/arena.md §Rung 2): the two-pointer sequence of
     ``compact_end`` (numpy, at once), cut before its first source a reader holds (the frontier could not
-    retract past that page now, so no later move opens room now). ``view(k)``: the band after the first k."""
+    retract past that page now, so no later move opens room now). ``view(k)``: the band after the first k.
+
+    A probe of the shortfall search costs O(1), not a walk of the band: after k moves the slots still occupied
+    are the sources not yet moved (the farthest of them is source k: sources come farthest first), the first k
+    holes filled (the farthest is destination k - 1: holes come nearest first), and what no move touches (live
+    pages on the anchor side of the barrier, withheld slots). So the retracted frontier is one max (low band)
+    or min (high band) of three numbers, and the hole count drops by the slots the frontier gave back."""
 
     def __init__(self, band: Band, barrier: int | None, read: Callable[[int], bool] | None) -> None:
         self.band = band
@@ -379,6 +409,7 @@ class EndSeq:
                 src, dst = src[:hit[0]], dst[:hit[0]]
         self.src, self.dst = src, dst
         self._views: dict[int, View] = {}
+        self._edges = _frontier_terms(band, barrier, len(src))
 
     def __len__(self) -> int:
         return len(self.src)
@@ -390,8 +421,28 @@ class EndSeq:
     def view(self, k: int) -> View:
         v = self._views.get(k)
         if v is None:
-            v = self._views[k] = _packed_view(self.band, self.src[:k], self.dst[:k], None)
+            v = self._views[k] = View.of(self.band) if k == 0 else self._after(k)
         return v
+
+    def _after(self, k: int) -> View:
+        band, (nxt, fixed) = self.band, self._edges
+        up = band.role is Role.LOW
+        far = int(self.dst[k - 1])  # the farthest hole filled
+        terms = [far, fixed] if k >= len(nxt) else [far, fixed, int(nxt[k])]
+        if up:
+            hi = max(terms) + 1  # far >= 0: something is occupied
+            lo, gone = band.lo, band.hi - hi
+        else:
+            lo = min(t for t in terms if t >= 0)
+            hi, gone = band.hi, lo - band.lo
+        count = len(band.holes) - gone
+        freed = self.src[:k][::-1]  # the moved sources, in anchor order
+
+        def take(n: int) -> list[int]:
+            stream = heapq.merge(band.holes_past(k), freed.tolist(), reverse=not up)
+            return list(islice((s for s in stream if lo <= s < hi), max(0, min(n, count))))
+
+        return View(band.name, band.role, band.page_bytes, lo, hi, count, take)
 
     def moves(self, k: int) -> MoveSeq:
         return MoveSeq([(self.band.name, self.src[:k], self.dst[:k])])
@@ -493,11 +544,11 @@ class Ladder:
             return [low.view(k_low), *vs[1:-1], high.view(k_high)]
 
         def fits(vs: Sequence[View]) -> Callable[[int, int], bool]:
-            return lambda k_low, k_high: place(at(vs, k_low, k_high), demand, self.hints).ok
+            return lambda k_low, k_high: place(at(vs, k_low, k_high), demand, self.hints, slots=False).ok
 
         k = size_ends(fits(views), low, high)
         if k is not None:
-            return self.plan(Rung.COMPACT, [*low.moves(k[0]), *high.moves(k[1])],
+            return self.plan(Rung.COMPACT, MoveSeq.concat(low.moves(k[0]), high.moves(k[1])),
                              place(at(views, *k), demand, self.hints))
         n_low, n_high = len(low), len(high)
         views = at(views, n_low, n_high)
@@ -512,7 +563,7 @@ class Ladder:
                 assert k_high is not None
                 k_low = least(lambda k: ok(k, k_high), low, first=0)
                 assert k_low is not None
-                return self.plan(Rung.RELAYOUT, [*low.moves(k_low), *high.moves(k_high)],
+                return self.plan(Rung.RELAYOUT, MoveSeq.concat(low.moves(k_low), high.moves(k_high)),
                                  place(at(views3, k_low, k_high), demand, self.hints), moves3, spans)
         raise self.rejection(demand, fit.short)
 
