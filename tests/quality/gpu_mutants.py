@@ -91,6 +91,14 @@ def check_alloc(mod: types.ModuleType, path: str) -> None:
                 mod.check(path=path, seed=seed, epp=epp, decode=True, bs=13)
 
 
+def check_probe(mod: types.ModuleType, path: str) -> None:
+    """planner.py's O(1) rung-2 probe against the slot walk (tests/fast/test_gpu_probe.py); host code, one path."""
+    from tests.fast.test_gpu_probe import probe_matches_walk
+
+    for seed in SEEDS:
+        probe_matches_walk(mod, seed)
+
+
 def check_translate(mod: types.ModuleType, path: str) -> None:
     for seed in SEEDS:
         for epp in (1, 4):
@@ -542,7 +550,31 @@ ENGINE: tuple[Mutant, ...] = (
            "returns)",
            lockstep=("torch", "interpreter"), machine="batched"),
 )
-MUTANTS = MUTANTS + ENGINE
+
+# -- gpu/'s own rung-2 probe (planner.py ``EndSeq.view``: the band after k moves from the sequence's arrays) -------
+PLANNER: tuple[Mutant, ...] = (
+    Mutant("planner-probe-skips-the-next-source", planner_mod,
+           "        terms = [far, fixed] if k >= len(nxt) else [far, fixed, int(nxt[k])]\n",
+           "        terms = [far, fixed] if k + 1 >= len(nxt) else [far, fixed, int(nxt[k + 1])]\n",
+           "the probe's prefix is off by one: after k moves it takes the farthest unmoved page to be source k + 1, "
+           "so the frontier retracts past a live page and rung 2 plans too few moves (a page placed onto a live "
+           "one)",
+           lockstep="torch", kernel=check_probe, paths=("torch",)),
+    Mutant("planner-probe-ignores-withheld", planner_mod,
+           "    wh = [w for w in band.withheld if lo <= w < hi]\n",
+           "    wh = []\n",
+           "the probe lets the frontier retract past a withheld slot (a freed page a forward still reads): rung 2 "
+           "counts room that is not free and places a page onto the withheld one (the random lockstep rarely "
+           "empties everything beyond a withheld slot: the probe's own check against the walk kills it)",
+           kernel=check_probe, paths=("torch",)),
+    Mutant("planner-probe-depth-one-short", planner_mod,
+           "            v = self._views[k] = View.of(self.band) if k == 0 else self._after(k)\n",
+           "            v = self._views[k] = View.of(self.band) if k <= 1 else self._after(k)\n",
+           "the first move's probe sees the band unmoved: the depth search needs one move more than the shortfall "
+           "(a plan one move longer than the reference's)",
+           lockstep="torch", kernel=check_probe, paths=("torch",)),
+)
+MUTANTS = MUTANTS + ENGINE + PLANNER
 
 # The ten bug kinds the issue asks for, each a substring of at least one mutant's name.
 REQUIRED = ("off-by-one-frontier", "stale-translation-after-move", "partial-row-move", "reuse-withheld-page",

@@ -1,0 +1,66 @@
+"""gpu/planner.py's rung-2 probe against the walk it replaces (spec/arena.md §Rung 2, shortfall-sized compaction).
+
+``EndSeq.view(k)`` gives an end band as it will be after the first k moves of its two-pointer sequence in O(1):
+the retracted frontier from three numbers (the farthest unmoved source, the farthest filled hole, the farthest
+slot no move frees), the hole count from the slots the frontier gave back, the holes lazily. ``_packed_view``
+computes the same band by walking it slot by slot (the occupancy after the moves, then its last occupied slot).
+On random bands of either end, with holes, withheld slots and a barrier or none, every k must give the same span,
+hole count and holes taken. tests/quality/gpu_mutants.py plants three bugs in the probe that this check kills.
+"""
+
+from __future__ import annotations
+
+import random
+import types
+
+import numpy as np
+import pytest
+
+import kvarena.gpu.planner as planner
+from kvarena.gpu.hoststate import LiveMap
+from kvarena.spec.types import Role
+
+
+def probe_matches_walk(mod: types.ModuleType, seed: int, trials: int = 400) -> int:
+    """Random bands, every k of each one's sequence: ``mod.EndSeq(...).view(k)`` equals ``mod._packed_view``
+    (AssertionError naming the first difference); returns the number of views compared."""
+    rng = random.Random(seed)
+    checked = 0
+    for trial in range(trials):
+        role = rng.choice([Role.LOW, Role.HIGH])
+        top = rng.randint(4, 48)
+        band = mod.Band("x", role, 4, top * 4)
+        band.live = LiveMap(top)
+        span = rng.randint(0, top)
+        band.lo, band.hi = (0, span) if role is Role.LOW else (top - span, top)
+        vid = 0
+        for s in range(band.lo, band.hi):
+            r = rng.random()
+            if r < 0.5:
+                band.live.put(np.array([s]), np.array([vid]))
+                vid += 1
+            elif r < 0.85:
+                band.holes.add(s)
+            else:
+                band.withheld.add(s)
+        edge = band.hi - 1 if role is Role.LOW else band.lo  # settled: the growing edge is not a hole
+        if band.hi > band.lo and edge in band.holes:
+            band.holes.remove(edge)
+            band.live.put(np.array([edge]), np.array([vid]))
+        wh = sorted(band.withheld)
+        barrier = (max(wh) if role is Role.LOW else min(wh)) if wh and rng.random() < 0.7 else None
+        seq = mod.EndSeq(band, barrier, None)
+        for k in range(len(seq) + 1):
+            got, want = seq.view(k), mod._packed_view(band, seq.src[:k], seq.dst[:k], None)
+            where = f"trial {trial} ({role.name}, span [{band.lo}, {band.hi}), barrier {barrier}), k={k}"
+            assert (got.lo, got.hi, got.n_holes) == (want.lo, want.hi, want.n_holes), \
+                f"{where}: probe {(got.lo, got.hi, got.n_holes)}, walk {(want.lo, want.hi, want.n_holes)}"
+            for n in (1, 3, want.n_holes, want.n_holes + 2):
+                assert got.take(n) == want.take(n), f"{where}: the {n} nearest holes differ"
+            checked += 1
+    return checked
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_probe_is_the_walk(seed: int) -> None:
+    assert probe_matches_walk(planner, seed) > 1000
