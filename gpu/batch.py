@@ -521,7 +521,7 @@ class BatchOps:
         rows = self.owners.lookup(owners)
         if (rows < 0).any():
             raise self.owners.missing(owners, int(np.argmax(rows < 0)), "token_locs: ")
-        if not distinct(rows):
+        if not self.owners.distinct_rows(rows):
             raise InvalidArgumentError("token_locs: an owner appears twice; name each request once")
         pre, seq = _int_lens(pre_lens, "pre_lens"), _int_lens(seq_lens, "seq_lens")
         if pre.shape != (n,) or seq.shape != (n,) or (pre < 0).any() or (seq < pre).any():

@@ -139,6 +139,7 @@ class OwnerLog:
         self.names: list[str] = [""]  # row 0 is never an owner's: ``all_live`` clips negative handles to it
         self.live_rows = np.zeros(1024, dtype=bool)
         self._ones: dict[int, bytes] = {}  # n -> n one bytes (all_live)
+        self._stamp = np.zeros(0, dtype=np.int64)  # scratch of distinct_rows, one entry per row
         self.listener: Any = None  # per-request page tables (pagetable.py), told of every acquisition
         cap = 1024
         self.row = np.empty(cap, dtype=np.int64)
@@ -199,6 +200,18 @@ class OwnerLog:
             return InvalidArgumentError(f"{what}{e}")
         return UnknownOwnerError(f"{what}owner {self.name(owners, k)!r} holds no pages; admit it first (a freed "
                                  "owner is forgotten)")
+
+    def distinct_rows(self, rows: np.ndarray) -> bool:
+        """No row twice among admitted owners' rows, in O(n) without a sort: each row's position is scattered
+        into a scratch array, then gathered back; a row named twice reads back only one of its positions."""
+        n = len(rows)
+        if n < 2:
+            return True
+        if len(self._stamp) < len(self.live_rows):
+            self._stamp = np.zeros(len(self.live_rows), dtype=np.int64)
+        pos = np.arange(n)
+        self._stamp[rows] = pos
+        return bool((self._stamp[rows] == pos).all())
 
     def all_live(self, rows: np.ndarray) -> bool:
         """Every int64 handle in ``rows`` is an admitted owner's row, in two numpy calls and no ufunc (on CPU
