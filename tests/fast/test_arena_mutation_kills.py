@@ -5,8 +5,10 @@
   bytes it names are the worst-case request's, plus one page of slack).
 * ``stats``: what each admission adds (requests, pages, the rung, pages and bytes moved per rung), unchanged by
   a refusal; a free under a free-time hook that is not the ladder's keeps the counters and the holes.
-* The ladder's knobs: ``max_rung=COMPACT`` still compacts; a relayout budget binds the full flush too, and a
-  budget of exactly the bytes a relayout moves allows it.
+* The ladder's knobs: ``max_rung=COMPACT`` still compacts and never relays (the full flush too); a relayout
+  budget binds the full flush too, and a budget of exactly the bytes a relayout moves allows it; the full flush
+  relays to its own span, not the default's.
+* ``flush_idle``: a read source stays withheld, a writer's page is a barrier.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from kvarena.spec.errors import (
     UnknownPageError,
 )
 from kvarena.spec.models import ArenaConfig, preset
-from kvarena.spec.types import Plan, Rung
+from kvarena.spec.types import Plan, Rung, UserKind
 from tests.fast.test_ladder_sized import _state_with_far_holes, toy
 
 PS = 4
@@ -168,13 +170,52 @@ def test_eager_compaction_counts_its_free_time_moves() -> None:
 # The ladder's knobs
 
 
-def test_max_rung_compact_still_compacts() -> None:
+def test_max_rung_compact_still_compacts_and_never_relays() -> None:
     a, _ = _state_with_far_holes()
     assert a.ladder({"state": 1}, max_rung=Rung.COMPACT).rung is Rung.COMPACT
     b, _ = _state_with_far_holes("full-compaction")
     assert b.ladder({"state": 1}, max_rung=Rung.COMPACT, full=True).rung is Rung.COMPACT
     with pytest.raises(AdmissionRejectedError):
         a.ladder({"state": 1}, max_rung=Rung.REUSE)
+    c = toy("toy-tri", 4096)
+    c.admit("w", {"window": 3})
+    room = (c.bands["full"].top * 256 - c.bands["window"].hi * 512) // 256
+    for full in (False, True):
+        assert c.ladder({"full": room + 2}, full=full).rung is Rung.RELAYOUT
+        with pytest.raises(AdmissionRejectedError):
+            c.ladder({"full": room + 2}, full=full, max_rung=Rung.COMPACT)
+
+
+def test_full_compaction_relays_to_its_own_span() -> None:
+    """The window float holds slots 0 and 4 with holes between; four full pages need two window slots of room.
+    Both ladders move the page at slot 4 down to slot 1, but the full flush records its own span (SGLang's:
+    nearest the float's position), not the default's fewest-moves span: the two policies stay apart."""
+    a = toy("toy-tri", 4096)
+    for o, d in (("o0", {"full": 3}), ("o1", {"window": 2}), ("o2", {"full": 1}), ("o3", {"window": 3, "full": 2})):
+        a.admit(o, d)
+    a.free("o2")
+    a.free("o3")
+    assert sorted(a.bands["window"].live) == [0, 4] and list(a.bands["window"].holes) == [1, 2, 3]
+    flush, default = a.ladder({"full": 4}, full=True), a.ladder({"full": 4})
+    assert flush.rung is default.rung is Rung.RELAYOUT and flush.moves == default.moves
+    assert flush.spans != default.spans
+
+
+def test_flush_idle_keeps_a_read_page_withheld_and_stops_at_a_writer() -> None:
+    """§flush_idle is the full flush under a budget: a source a reader holds moves but stays withheld; nothing at
+    or beyond a page a writer holds moves (its barrier)."""
+    a, _ = _state_with_far_holes()  # full band [8, 16): holes 12, 14, 15; live 8, 9, 10, 11, 13
+    live = list(a.owners["A"]["full"])
+    a.acquire("rd", UserKind.FORWARD_READ, [live[-1]])  # the frontier page, slot 8
+    plan = a.flush_idle(1 << 20)
+    assert [(m.src, m.dst) for m in plan.moves] == [(8, 15), (9, 14), (10, 12)]
+    assert a.bands["full"].withheld == {8} and list(a.bands["full"].holes) == [9, 10]
+    check_all(a)
+    b, _ = _state_with_far_holes()
+    b.acquire("wr", UserKind.FORWARD_WRITE, [list(b.owners["A"]["full"])[-2]])  # slot 9
+    plan = b.flush_idle(1 << 20)
+    assert [(m.src, m.dst) for m in plan.moves] == [(8, 15)]
+    check_all(b)
 
 
 @pytest.mark.parametrize("full", [False, True])
