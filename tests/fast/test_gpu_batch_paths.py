@@ -83,6 +83,7 @@ def test_the_decode_step_of_either_end_band_is_lean() -> None:
     _step(ref, gpu, names, [[1, 0]] * 6, lean=True, zeros=1)
     _step(ref, gpu, names, [[0, 1], [0, 0], [0, 2], [0, 0], [0, 1], [0, 0]], lean=True, zeros=1)
     _step(ref, gpu, names, [[2, 0], [0, 0], [1, 0], [0, 0], [0, 0], [1, 0]], lean=True, zeros=1)
+    _step(ref, gpu, names, [[0, 1], [0, 0], [0, 0], [0, 0], [0, 0], [0, 0]], lean=True, zeros=1)  # one page
     _step(ref, gpu, names, [[0, 0]] * 6, lean=False)  # nothing to place: no step at all
     _step(ref, gpu, names, [[1, 1]] * 6, lean=False)
 
@@ -253,20 +254,25 @@ def test_token_locs_past_the_page_tables_width_reads_the_owner_log() -> None:
         a.admit_batch(["a", "b"], np.array([[0, 5], [0, 1]], dtype=I64))
     assert narrow.ptab.overflowed("full", narrow.owners.lookup(["a"]))
     epp = wide.mem.epp["full"]
-    for owners, pre, seq in ((["a", "b"], [0, 0], [5 * epp, epp]), (["b"], [1], [epp]), (["a"], [3 * epp], [5 * epp])):
+    for owners, pre, seq in ((["a", "b"], [0, 0], [5 * epp, epp]), (["b"], [1], [epp]), (["a"], [3 * epp], [5 * epp]),
+                             (["a"], [0], [epp]), (["a", "b"], [1, 0], [2 * epp, 1])):
         want = wide.token_locs("full", owners, pre, seq).tolist()
         assert narrow.token_locs("full", owners, pre, seq).tolist() == want
 
 
 @pytest.mark.parametrize("pre,seq", [([0.5], [3]), ([0], [3.0]), ([True], [3]), (["0"], [3]), ([0], [None])])
 def test_token_locs_refuses_lens_that_are_not_ints(pre: list[Any], seq: list[Any]) -> None:
+    """The refusal names the argument that is wrong, its dtype and the fix; nothing changes."""
+    which, bad = ("pre_lens", pre) if not isinstance(pre[0], int) or isinstance(pre[0], bool) else ("seq_lens", seq)
     for width in (None, 4):
         _, gpu = _pair(_config("toy-swa", 4096), page_width=width)
         gpu.admit("a", {"full": 2})
         before = gpu.observe()
         with pytest.raises(InvalidArgumentError) as e:
             gpu.token_locs("full", ["a"], pre, seq)
-        assert_actionable(e.value) and str(e.value).startswith("token_locs: ")
+        assert_actionable(e.value)
+        assert str(e.value) == (f"token_locs: {which} must be ints (token counts), got {np.asarray(bad).dtype}; "
+                                "pass one int per owner")
         assert gpu.observe() == before
     assert gpu.token_locs("full", ["a"], np.array([1], dtype=np.int32), [3]).tolist() == \
         gpu.token_locs("full", ["a"], [1], [3]).tolist()
