@@ -301,22 +301,32 @@ def place(views: Sequence[View], demand: Mapping[str, int], hints: Mapping[str, 
 # Rung 2: pack an end band toward its anchor.
 
 
-def _pairs(band: Band, barrier: int | None, budget: int | None) -> tuple[np.ndarray, np.ndarray]:
-    """The two pointers of ``compact_end`` at once: the i-th farthest live page beyond the barrier fills the
-    i-th nearest hole while that hole is nearer the anchor (a condition that holds for a prefix of i, since
-    holes get farther and sources nearer): ``(sources, holes)``, numpy over the band's p->v."""
-    if not band.holes or budget == 0:  # nothing to fill
-        return _NO, _NO
+def _beyond(band: Band, barrier: int | None) -> np.ndarray:
+    """The band's live slots on the far side of the barrier (every one, if None), farthest from the anchor
+    first: the candidate sources of its compaction, numpy over the band's p->v."""
     arr = band.live.arr  # type: ignore[attr-defined]
     if band.role is Role.LOW:
         lo = band.lo if barrier is None else max(band.lo, barrier + 1)
-        src = np.flatnonzero(arr[lo:band.hi] >= 0)[::-1] + lo  # farthest first
+        return np.flatnonzero(arr[lo:band.hi] >= 0)[::-1] + lo
+    hi = band.hi if barrier is None else min(band.hi, barrier)
+    return np.flatnonzero(arr[band.lo:hi] >= 0) + band.lo
+
+
+def _pairs(band: Band, barrier: int | None, budget: int | None,
+           src: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The two pointers of ``compact_end`` at once: the i-th farthest live page beyond the barrier fills the
+    i-th nearest hole while that hole is nearer the anchor (a condition that holds for a prefix of i, since
+    holes get farther and sources nearer): ``(sources, holes)``. ``src``: ``_beyond(band, barrier)`` if the
+    caller has it."""
+    if not band.holes or budget == 0:  # nothing to fill
+        return _NO, _NO
+    if src is None:
+        src = _beyond(band, barrier)
+    if band.role is Role.LOW:
         holes = np.asarray(band.holes[:len(src)], dtype=np.int64)  # nearest first
         m = min(len(src), len(holes))
         ok = holes[:m] < src[:m]
     else:
-        hi = band.hi if barrier is None else min(band.hi, barrier)
-        src = np.flatnonzero(arr[band.lo:hi] >= 0) + band.lo
         holes = np.asarray(band.holes[max(0, len(band.holes) - len(src)):][::-1], dtype=np.int64)
         m = min(len(src), len(holes))
         ok = holes[:m] > src[:m]
@@ -337,24 +347,20 @@ def compact_end(band: Band, barrier: int | None, read: Callable[[int], bool] | N
     return list(zip(srcs.tolist(), dsts.tolist())), _packed_view(band, srcs, dsts, read)
 
 
-def _frontier_terms(band: Band, barrier: int | None, n: int) -> tuple[np.ndarray, int]:
-    """For ``EndSeq``: the band's live slots on the far side of the barrier, farthest first (its first ``n`` are
-    the sequence's sources; the one after the k-th is the farthest still live after k moves), cut at ``n + 1``;
-    and the farthest slot no move frees (a live page on the anchor side of the barrier, or a withheld slot;
-    -1 for none)."""
+def _fixed_edge(band: Band, barrier: int | None) -> int:
+    """For ``EndSeq``: the slot farthest from the anchor that no move frees (a live page on the anchor side of
+    the barrier, or a withheld slot); -1 for none."""
     arr, lo, hi = band.live.arr, band.lo, band.hi  # type: ignore[attr-defined]
     wh = [w for w in band.withheld if lo <= w < hi]
     if band.role is Role.LOW:
         cut = lo if barrier is None else max(lo, barrier + 1)
-        nxt = np.flatnonzero(arr[cut:hi] >= 0)[::-1][:n + 1] + cut
         below = np.flatnonzero(arr[lo:cut] >= 0)
         far = [*wh, *([int(below[-1]) + lo] if len(below) else [])]
-        return nxt, max(far) if far else -1
+        return max(far) if far else -1
     cut = hi if barrier is None else min(hi, barrier)
-    nxt = np.flatnonzero(arr[lo:cut] >= 0)[:n + 1] + lo
     above = np.flatnonzero(arr[cut:hi] >= 0)
     near = [*wh, *([int(above[0]) + cut] if len(above) else [])]
-    return nxt, min(near) if near else -1
+    return min(near) if near else -1
 
 
 def _packed_view(band: Band, srcs: np.ndarray, dsts: np.ndarray, read: Callable[[int], bool] | None) -> View:
@@ -402,14 +408,15 @@ class EndSeq:
 
     def __init__(self, band: Band, barrier: int | None, read: Callable[[int], bool] | None) -> None:
         self.band = band
-        src, dst = _pairs(band, barrier, None)
+        beyond = _beyond(band, barrier)  # one scan: the sources, and after the k-th the farthest still live
+        src, dst = _pairs(band, barrier, None, beyond)
         if read is not None and len(src):
             hit = [i for i, s in enumerate(src.tolist()) if read(s)]
             if hit:
                 src, dst = src[:hit[0]], dst[:hit[0]]
         self.src, self.dst = src, dst
         self._views: dict[int, View] = {}
-        self._edges = _frontier_terms(band, barrier, len(src))
+        self._edges = beyond[:len(src) + 1], _fixed_edge(band, barrier)
 
     def __len__(self) -> int:
         return len(self.src)
