@@ -25,6 +25,15 @@ def python_line() -> str:
     return f"- python {platform.python_version()}, commit {sh('git', 'rev-parse', '--short', 'HEAD') or '?'}"
 
 
+def finish(out: Path, name: str, text: str, smoke: bool) -> int:
+    """A bench's last step: a smoke run prints its text, a full run writes it to ``out / name`` too; exit 0."""
+    if smoke:
+        print(text)
+    else:
+        write(out, name, text)
+    return 0
+
+
 def write(out: Path, name: str, text: str) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     path = out / name

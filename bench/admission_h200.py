@@ -43,7 +43,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _provenance import machine_line, python_line, sh, write
+from _provenance import finish, machine_line, python_line, sh
 
 from kvarena.gpu.allocator import make
 from kvarena.reference.arena import Arena
@@ -297,11 +297,7 @@ def main(argv: list[str] | None = None) -> int:
         *(diffs or ["- no timed plan differed"]),
         "",
     ])
-    if args.smoke:
-        print(text)
-        return 0
-    write(args.out, f"admission-h200-{today}.md", text)
-    return 0
+    return finish(args.out, f"admission-h200-{today}.md", text, args.smoke)
 
 
 if __name__ == "__main__":

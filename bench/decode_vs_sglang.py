@@ -60,7 +60,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _provenance import machine_line, python_line, sh, write
+from _provenance import finish, machine_line, python_line, sh
 from _timing import interleave
 
 os.environ.pop("TRITON_INTERPRET", None)  # the plain-torch path of every kernel wrapper: the CPU torch path
@@ -293,12 +293,8 @@ def main(argv: list[str] | None = None) -> int:
         "", *head, *one, "",
         "SGLang's call on a GPU (its code, fast path): `alloc_decode_kernel`, per member `alloc_bind_inplace` and "
         "`zero_pages`, and the free-id slice `clone`; gpu/'s launches are counted above.", ""])
-    if args.smoke:
-        print(text)
-        return 0
     suffix = f"-{args.threads}-thread" if args.threads else ""
-    write(args.out, f"decode_vs_sglang-{datetime.date.today().isoformat()}{suffix}.md", text)
-    return 0
+    return finish(args.out, f"decode_vs_sglang-{datetime.date.today().isoformat()}{suffix}.md", text, args.smoke)
 
 
 if __name__ == "__main__":

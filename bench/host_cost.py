@@ -46,7 +46,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _provenance import machine_line, python_line, sh, write
+from _provenance import finish, machine_line, python_line, sh
 from _timing import interleave
 
 os.environ.pop("TRITON_INTERPRET", None)  # the plain-torch path of every kernel wrapper: the CPU torch path
@@ -390,12 +390,8 @@ def main(argv: list[str] | None = None) -> int:
         tr,
         "",
     ])
-    if args.smoke:
-        print(text)
-        return 0
     suffix = f"-{args.threads}-thread" if args.threads else ""
-    write(args.out, f"host_cost-{datetime.date.today().isoformat()}{suffix}.md", text)
-    return 0
+    return finish(args.out, f"host_cost-{datetime.date.today().isoformat()}{suffix}.md", text, args.smoke)
 
 
 if __name__ == "__main__":
