@@ -20,7 +20,6 @@ from kvarena.reference.invariants import check_all
 from kvarena.reference.policy import Ladder
 from kvarena.spec.errors import (
     AdmissionRejectedError,
-    ArenaError,
     CapacityTooSmallError,
     InvalidArgumentError,
     PlanError,
@@ -29,6 +28,7 @@ from kvarena.spec.errors import (
 from kvarena.spec.models import ArenaConfig, preset
 from kvarena.spec.types import Plan, Rung, UserKind
 from tests.fast.test_ladder_sized import _state_with_far_holes, toy
+from tests.fast.test_query_refusals import refusal as _refusal
 
 PS = 4
 
@@ -36,13 +36,6 @@ PS = 4
 def _arena() -> tuple[Arena, dict[str, tuple[int, ...]]]:
     a = Arena(ArenaConfig(preset("toy-tri"), capacity=8192, page_size=PS, max_context_len=16))
     return a, a.admit("r", {"state": 1, "window": 2, "full": 2}).pages
-
-
-def _refusal(call, exc: type[ArenaError]) -> str:
-    with pytest.raises(exc) as e:
-        call()
-    assert type(e.value) is exc
-    return str(e.value)
 
 
 # =============================================================================================

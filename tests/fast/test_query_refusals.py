@@ -5,10 +5,12 @@ file checks the words a caller reads. Written from mutation testing's survivors 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from kvarena.reference.arena import Arena
-from kvarena.spec.errors import InvalidArgumentError, UnknownPageError
+from kvarena.spec.errors import ArenaError, InvalidArgumentError, UnknownPageError
 from kvarena.spec.models import ArenaConfig, preset
 
 PS = 4
@@ -29,22 +31,26 @@ def test_an_unknown_class_is_named_by_the_query(query: str) -> None:
     assert str(e.value).startswith(f"{query}: unknown class 'nope'; use one of ['state', 'window', 'full']")
 
 
+def refusal(call: Callable[[], object], exc: type[ArenaError] = InvalidArgumentError) -> str:
+    """The message of the error ``call`` raises, which must be exactly of class ``exc``."""
+    with pytest.raises(exc) as e:
+        call()
+    assert type(e.value) is exc
+    return str(e.value)
+
+
 @pytest.mark.parametrize("tokens", [-1, 2.5, True, "3"])
 def test_ceil_pages_names_itself_for_a_bad_token_count(tokens: object) -> None:
     a, _ = _arena()
-    with pytest.raises(InvalidArgumentError) as e:
-        a.ceil_pages("full", tokens)  # type: ignore[arg-type]
-    assert str(e.value) == (f"ceil_pages: tokens {tokens!r} must be an int >= 0 (a token count); pass the number "
-                            "of tokens as an int")
+    assert refusal(lambda: a.ceil_pages("full", tokens)) == (  # type: ignore[arg-type]
+        f"ceil_pages: tokens {tokens!r} must be an int >= 0 (a token count); pass the number of tokens as an int")
 
 
 @pytest.mark.parametrize("vtoken", [-1, -PS, 2.5, True])
 def test_translate_token_refuses_a_token_that_is_not_an_int_at_least_zero(vtoken: object) -> None:
     a, _ = _arena()
-    with pytest.raises(InvalidArgumentError) as e:
-        a.translate_token("full", vtoken)  # type: ignore[arg-type]
-    assert str(e.value) == (f"translate_token: virtual token {vtoken!r} must be an int >= 0 "
-                            "(vpage * entries_per_page + i)")
+    assert refusal(lambda: a.translate_token("full", vtoken)) == (  # type: ignore[arg-type]
+        f"translate_token: virtual token {vtoken!r} must be an int >= 0 (vpage * entries_per_page + i)")
 
 
 def test_translate_token_of_another_class_names_the_fix() -> None:
