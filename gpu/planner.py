@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import chain as concat
 from itertools import islice
+from typing import Any
 
 import numpy as np
 from sortedcontainers import SortedList
@@ -225,58 +226,77 @@ class _Gap:
 
     __slots__ = ("bot", "mid", "top")
 
-    def __init__(self, lo: int, hi: int) -> None:
+    def __init__(self, lo: Any, hi: Any) -> None:
         self.bot = self.mid = lo
         self.top = hi
 
 
-def place(views: Sequence[View], demand: Mapping[str, int], hints: Mapping[str, int], slots: bool = True) -> Fit:
-    """Holes nearest each anchor first; the rest from the gaps in a fixed order: the low end up, the high end
-    down, non-empty floats (chain order; the side with more room first), then empty floats as one run at the
-    aligned slot nearest their hint. ``slots=False``: only whether it fits (``short``), in O(bands): no decision
-    reads a slot list, so a probe of the shortfall search lists no slots."""
-    fit = Fit()
-    extra: dict[str, int] = {}
-    for v in views:
-        want = demand.get(v.name, 0)
-        from_holes = min(want, v.n_holes)
-        fit.slots[v.name] = list(v.take(from_holes)) if slots else []
-        extra[v.name] = want - from_holes
-        fit.short[v.name] = 0
+class _One:
+    """The arithmetic of one placement: Python ints."""
+
+    lanes = False
+    mn, mx = min, max
+
+    @staticmethod
+    def where(c: bool, a: int, b: int) -> int:
+        return a if c else b
+
+
+class _Lanes:
+    """The arithmetic of a line of placements (one lane per move count of an end band): numpy arrays."""
+
+    lanes = True
+    mn, mx, where = np.minimum, np.maximum, np.where
+
+
+Claim = tuple[str, Any, Any, int]  # (class, first slot, pages, step +1 / -1): a run taken from a gap
+
+
+def _claims(views: Sequence[View], demand: Mapping[str, int], hints: Mapping[str, int], ops: type
+            ) -> tuple[dict[str, Any], list[Claim]]:
+    """The counting half of ``place``: per class the pages that found no room, and the runs each class takes
+    from the gaps, in order. Written once for both arithmetics: ``_One`` (ints: a placement) and ``_Lanes``
+    (an end band's span and hole count as arrays, one lane per move count: rung 2's whole line at once), so
+    what a probe decides and what a plan places cannot drift apart."""
+    short: dict[str, Any] = {v.name: 0 for v in views}  # chain order: a rejection names them so
+    claims: list[Claim] = []
+    extra = {v.name: ops.mx(0, demand.get(v.name, 0) - v.n_holes) for v in views}  # after the holes
     present = [v for v in views if v.role is not Role.FLOAT or not v.empty]
     gaps = [_Gap(a.hi_byte, b.lo_byte) for a, b in zip(present, present[1:])]
     gap_above = {v.name: g for v, g in zip(present, gaps)}
     gap_below = {v.name: g for v, g in zip(present[1:], gaps)}
 
-    def room(v: View, g: _Gap) -> int:
+    def room(v: View, g: _Gap) -> Any:
         return (g.top - g.bot) // v.page_bytes
 
-    def up(v: View, g: _Gap, n: int) -> int:
-        k = min(n, room(v, g))
-        if slots:
-            first = g.bot // v.page_bytes
-            fit.slots[v.name].extend(range(first, first + k))
-        g.bot += k * v.page_bytes
-        g.mid = max(g.mid, g.bot)
-        return n - k
+    def up(v: View, g: _Gap, k: Any) -> Claim:
+        claim = (v.name, g.bot // v.page_bytes, k, 1)
+        g.bot = g.bot + k * v.page_bytes
+        g.mid = ops.mx(g.mid, g.bot)
+        return claim
 
-    def down(v: View, g: _Gap, n: int) -> int:
-        k = min(n, room(v, g))
-        if slots:
-            first = g.top // v.page_bytes - 1
-            fit.slots[v.name].extend(range(first, first - k, -1))
-        g.top -= k * v.page_bytes
-        return n - k
+    def down(v: View, g: _Gap, k: Any) -> Claim:
+        claim = (v.name, g.top // v.page_bytes - 1, k, -1)
+        g.top = g.top - k * v.page_bytes
+        return claim
 
     low, high = views[0], views[-1]
-    fit.short[low.name] = up(low, gap_above[low.name], extra[low.name])
-    fit.short[high.name] = down(high, gap_below[high.name], extra[high.name])
+    for v, side, g in ((low, up, gap_above[low.name]), (high, down, gap_below[high.name])):
+        k = ops.mn(extra[v.name], room(v, g))
+        claims.append(side(v, g, k))
+        short[v.name] = extra[v.name] - k
     for v in views[1:-1]:
         n = extra[v.name]
-        if v.empty or not n:
+        if v.empty or not n:  # a float's count is one number: only the ends vary along a line
             continue
         a, b = gap_above[v.name], gap_below[v.name]
-        fit.short[v.name] = down(v, b, up(v, a, n)) if room(v, a) >= room(v, b) else up(v, a, down(v, b, n))
+        ra, rb = room(v, a), room(v, b)
+        first_up = ra >= rb  # the side with more room first
+        ka = ops.where(first_up, ops.mn(n, ra), ops.mn(n - ops.mn(n, rb), ra))
+        kb = ops.where(first_up, ops.mn(n - ka, rb), ops.mn(n, rb))
+        pair = [up(v, a, ka), down(v, b, kb)]
+        claims += pair if ops.lanes or first_up else pair[::-1]
+        short[v.name] = n - ka - kb
     host = -1  # index of the gap an empty float sits in: above the last present band before it
     for v in views[:-1]:
         if v.role is not Role.FLOAT or not v.empty:
@@ -286,50 +306,103 @@ def place(views: Sequence[View], demand: Mapping[str, int], hints: Mapping[str, 
         if not n:
             continue
         g, p = gaps[host], v.page_bytes
-        lo, hi = cdiv(max(g.mid, g.bot), p), g.top // p - n
-        if lo > hi:
-            fit.short[v.name] = n
-            continue
-        first = clamp(hints.get(v.name, 0) // p, lo, hi)
-        if slots:
-            fit.slots[v.name].extend(range(first, first + n))
-        g.mid = (first + n) * p
+        lo, hi = cdiv(ops.mx(g.mid, g.bot), p), g.top // p - n
+        fail = lo > hi  # no aligned run of n slots in the gap
+        first = ops.mx(lo, ops.mn(hints.get(v.name, 0) // p, hi))
+        short[v.name] = ops.where(fail, n, 0)
+        claims.append((v.name, first, ops.where(fail, 0, n), 1))
+        g.mid = ops.where(fail, g.mid, (first + n) * p)
+    return short, claims
+
+
+def place(views: Sequence[View], demand: Mapping[str, int], hints: Mapping[str, int], slots: bool = True) -> Fit:
+    """Holes nearest each anchor first; the rest from the gaps in a fixed order: the low end up, the high end
+    down, non-empty floats (chain order; the side with more room first), then empty floats as one run at the
+    aligned slot nearest their hint (``_claims``). ``slots=False``: only whether it fits (``short``)."""
+    short, claims = _claims(views, demand, hints, _One)
+    fit = Fit(short=short)
+    if slots:
+        fit.slots = {v.name: list(v.take(min(demand.get(v.name, 0), v.n_holes))) for v in views}
+        for c, first, k, step in claims:
+            fit.slots[c].extend(range(first, first + step * k, step))
     return fit
+
+
+def fits_along(views: Sequence[View], demand: Mapping[str, int], hints: Mapping[str, int]) -> np.ndarray:
+    """``place(...).ok`` for every lane at once: ``views`` with one end band's ``lo`` / ``hi`` / ``n_holes`` as
+    arrays (one lane per move count, ``EndSeq.line``), the others as they are."""
+    short, _ = _claims(views, demand, hints, _Lanes)
+    ok = np.ones(max(np.size(x) for v in views for x in (v.lo, v.hi, v.n_holes)), dtype=bool)
+    for n in short.values():
+        ok &= np.asarray(n) == 0
+    return ok
 
 
 # ---------------------------------------------------------------------------------------------
 # Rung 2: pack an end band toward its anchor.
 
 
-def _beyond(band: Band, barrier: int | None) -> np.ndarray:
+def _beyond(band: Band, barrier: int | None, need: int | None = None) -> np.ndarray:
     """The band's live slots on the far side of the barrier (every one, if None), farthest from the anchor
-    first: the candidate sources of its compaction, numpy over the band's p->v."""
+    first: the candidate sources of its compaction, numpy over the band's p->v. ``need``: at most that many,
+    scanned from the far edge in growing chunks, so a band with few holes (few pairs) is not read whole."""
     arr = band.live.arr  # type: ignore[attr-defined]
-    if band.role is Role.LOW:
-        lo = band.lo if barrier is None else max(band.lo, barrier + 1)
-        return np.flatnonzero(arr[lo:band.hi] >= 0)[::-1] + lo
-    hi = band.hi if barrier is None else min(band.hi, barrier)
-    return np.flatnonzero(arr[band.lo:hi] >= 0) + band.lo
+    up = band.role is Role.LOW
+    if up:
+        stop, edge = (band.lo if barrier is None else max(band.lo, barrier + 1)), band.hi
+    else:
+        stop, edge = (band.hi if barrier is None else min(band.hi, barrier)), band.lo
+    if need is None:
+        need = abs(edge - stop)
+    parts, got, step = [], 0, max(64, 2 * need)
+    while got < need and edge != stop:
+        if up:
+            start = max(stop, edge - step)
+            part = np.flatnonzero(arr[start:edge] >= 0)[::-1] + start
+        else:
+            start = min(stop, edge + step)
+            part = np.flatnonzero(arr[edge:start] >= 0) + edge
+        parts.append(part)
+        got, edge, step = got + len(part), start, 4 * step
+    if len(parts) == 1:
+        return parts[0][:need]
+    return np.concatenate(parts)[:need] if parts else _NO
+
+
+def _anchor_holes(band: Band, m: int) -> np.ndarray:
+    """The ``m`` holes nearest the anchor, nearest first, as an array. Read from the p->v map (every slot of
+    the span is live, a hole or withheld) where the slots up to the m-th hole are few per hole; else from the
+    sorted holes (a Python list to numpy costs ~20 ns per element, a mask ~1 ns per slot)."""
+    h = band.holes
+    m = min(m, len(h))
+    if m == 0:
+        return _NO
+    up = band.role is Role.LOW
+    a, b = (band.lo, h[m - 1] + 1) if up else (h[len(h) - m], band.hi)
+    if b - a > 16 * m:
+        part = np.asarray(h[:m] if up else h[len(h) - m:], dtype=np.int64)
+        return part if up else part[::-1]
+    free = band.live.arr[a:b] < 0  # type: ignore[attr-defined]
+    for w in band.withheld:
+        if a <= w < b:
+            free[w - a] = False
+    got = np.flatnonzero(free) + a
+    return got if up else got[::-1]
 
 
 def _pairs(band: Band, barrier: int | None, budget: int | None,
            src: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The two pointers of ``compact_end`` at once: the i-th farthest live page beyond the barrier fills the
     i-th nearest hole while that hole is nearer the anchor (a condition that holds for a prefix of i, since
-    holes get farther and sources nearer): ``(sources, holes)``. ``src``: ``_beyond(band, barrier)`` if the
-    caller has it."""
+    holes get farther and sources nearer): ``(sources, holes)``. ``src``: ``_beyond(band, barrier)`` (at
+    least one more than the holes, or all) if the caller has it."""
     if not band.holes or budget == 0:  # nothing to fill
         return _NO, _NO
     if src is None:
-        src = _beyond(band, barrier)
-    if band.role is Role.LOW:
-        holes = np.asarray(band.holes[:len(src)], dtype=np.int64)  # nearest first
-        m = min(len(src), len(holes))
-        ok = holes[:m] < src[:m]
-    else:
-        holes = np.asarray(band.holes[max(0, len(band.holes) - len(src)):][::-1], dtype=np.int64)
-        m = min(len(src), len(holes))
-        ok = holes[:m] > src[:m]
+        src = _beyond(band, barrier, len(band.holes))
+    m = min(len(src), len(band.holes))
+    holes = _anchor_holes(band, m)
+    ok = holes < src[:m] if band.role is Role.LOW else holes > src[:m]
     k = m if ok.all() else int(np.argmin(ok))
     if budget is not None:
         k = min(k, budget)
@@ -408,7 +481,8 @@ class EndSeq:
 
     def __init__(self, band: Band, barrier: int | None, read: Callable[[int], bool] | None) -> None:
         self.band = band
-        beyond = _beyond(band, barrier)  # one scan: the sources, and after the k-th the farthest still live
+        # one scan: the sources, and after the k-th the farthest still live (no more than the holes can take, + 1)
+        beyond = _beyond(band, barrier, len(band.holes) + 1)
         src, dst = _pairs(band, barrier, None, beyond)
         if read is not None and len(src):
             hit = [i for i, s in enumerate(src.tolist()) if read(s)]
@@ -416,6 +490,7 @@ class EndSeq:
                 src, dst = src[:hit[0]], dst[:hit[0]]
         self.src, self.dst = src, dst
         self._views: dict[int, View] = {}
+        self._line: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._edges = beyond[:len(src) + 1], _fixed_edge(band, barrier)
 
     def __len__(self) -> int:
@@ -430,6 +505,28 @@ class EndSeq:
         if v is None:
             v = self._views[k] = View.of(self.band) if k == 0 else self._after(k)
         return v
+
+    def line(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``view(k)``'s ``lo``, ``hi`` and ``n_holes`` for every k in ``0..len(self)`` at once: ``_after``'s
+        three-number frontier over the whole sequence, as arrays (rung 2's oracle reads a line, not probes)."""
+        if self._line is None:
+            band, (nxt, fixed), n = self.band, self._edges, len(self.src)
+            up = band.role is Role.LOW
+            none = -1 if up else band.top  # a term that never wins the max (low band) / min (high band)
+            nx = np.full(n, none, dtype=np.int64)
+            m = min(n, len(nxt) - 1)
+            nx[:m] = nxt[1:m + 1]  # after k moves the farthest unmoved source is source k, if any
+            far = self.dst  # after k moves the farthest filled hole is destination k - 1
+            if up:
+                hi = np.maximum(np.maximum(far, nx), fixed) + 1
+                lo, gone = np.full(n, band.lo, dtype=np.int64), band.hi - hi
+            else:
+                lo = np.minimum(np.minimum(far, nx), fixed if fixed >= 0 else none)
+                hi, gone = np.full(n, band.hi, dtype=np.int64), lo - band.lo
+            count = len(band.holes) - gone
+            self._line = tuple(np.concatenate([[x0], x]) for x0, x in  # k = 0: the band as it is
+                               ((band.lo, lo), (band.hi, hi), (len(band.holes), count)))
+        return self._line  # type: ignore[return-value]
 
     def _after(self, k: int) -> View:
         band, (nxt, fixed) = self.band, self._edges
@@ -520,6 +617,35 @@ def relayout_fewest(band: Band, win_lo: int, win_hi: int, pages: int, hint: int,
 # The ladder over the arena's bands.
 
 
+def _no_take(k: int) -> list[int]:
+    raise AssertionError("planner bug: a line of views is for counting, it lists no slots")
+
+
+class Lines:
+    """Rung 2's oracle, "does the demand fit after ``k_low`` and ``k_high`` moves?", a line at a time
+    (``spec.sizing.along``): one end band's every move count as one lane each (``EndSeq.line``), the other at
+    its fixed count, counted by ``fits_along`` in one pass of numpy. The shortfall search then reads
+    O(log k) booleans: it decides over arrays, and probes the same counts as the spec's search."""
+
+    def __init__(self, views: Sequence[View], low: EndSeq, high: EndSeq, demand: Mapping[str, int],
+                 hints: Mapping[str, int]) -> None:
+        self.views, self.ends, self.demand, self.hints = views, (low, high), demand, hints
+        self._ok: dict[tuple[int, int], np.ndarray] = {}
+
+    def along(self, end: int, other: int) -> Callable[[int], bool]:
+        ok = self._ok.get((end, other))
+        if ok is None:
+            seq, fixed = self.ends[end], self.ends[1 - end].view(other)
+            band = seq.band
+            lane = View(band.name, band.role, band.page_bytes, *seq.line(), _no_take)  # type: ignore[arg-type]
+            ends = (lane, fixed) if end == 0 else (fixed, lane)
+            ok = self._ok[(end, other)] = fits_along([ends[0], *self.views[1:-1], ends[1]], self.demand, self.hints)
+        return lambda k: bool(ok[k])
+
+    def __call__(self, k_low: int, k_high: int) -> bool:
+        return self.along(0, k_high)(k_low)
+
+
 class Ladder:
     def __init__(self, bands: Sequence[Band], hints: Mapping[str, int], ledger: Ledger) -> None:
         self.bands = list(bands)  # chain order
@@ -550,10 +676,7 @@ class Ladder:
         def at(vs: Sequence[View], k_low: int, k_high: int) -> list[View]:
             return [low.view(k_low), *vs[1:-1], high.view(k_high)]
 
-        def fits(vs: Sequence[View]) -> Callable[[int, int], bool]:
-            return lambda k_low, k_high: place(at(vs, k_low, k_high), demand, self.hints, slots=False).ok
-
-        k = size_ends(fits(views), low, high)
+        k = size_ends(Lines(views, low, high, demand, self.hints), low, high)
         if k is not None:
             return self.plan(Rung.COMPACT, MoveSeq.concat(low.moves(k[0]), high.moves(k[1])),
                              place(at(views, *k), demand, self.hints))
@@ -565,10 +688,10 @@ class Ladder:
             moves3, views3, spans = relaid
             fit = place(views3, demand, self.hints)
             if fit.ok:  # the ends move only what the relaid floats still need of them
-                ok = fits(views3)
-                k_high = least(lambda k: ok(n_low, k), high, first=0)
+                lines = Lines(views3, low, high, demand, self.hints)
+                k_high = least(lines.along(1, n_low), high, first=0)
                 assert k_high is not None
-                k_low = least(lambda k: ok(k, k_high), low, first=0)
+                k_low = least(lines.along(0, k_high), low, first=0)
                 assert k_low is not None
                 return self.plan(Rung.RELAYOUT, MoveSeq.concat(low.moves(k_low), high.moves(k_high)),
                                  place(at(views3, k_low, k_high), demand, self.hints), moves3, spans)

@@ -2,7 +2,9 @@
 
 Which move counts are probed decides the answer wherever the oracle ("does the demand fit after k moves?") is
 not monotone, so the probe order is part of the contract. It lives here, once, for every implementation: the
-reference's lazily generated ``EndPack`` and gpu/'s numpy ``EndSeq`` are both a :class:`Moves`.
+reference's lazily generated ``EndPack`` and gpu/'s numpy ``EndSeq`` are both a :class:`Moves`. How the oracle
+is computed is free: the reference places once per probe; gpu/ answers a whole line (one end's every move count,
+the other's fixed) as one array (``along``) and the search reads it.
 """
 
 from __future__ import annotations
@@ -22,6 +24,16 @@ class Moves(Protocol):
     band: _Band
 
     def extend(self, k: int | None = None) -> int: ...
+
+
+def along(fit: Callable[[int, int], bool], end: int, other: int) -> Callable[[int], bool]:
+    """``fit`` along one line: the ``end`` band's move count free (0: the low band, 1: the high band), the
+    other's fixed at ``other``. An oracle with its own ``along`` answers the line its way (gpu/: one array over
+    every move count); pointwise the values must be the same."""
+    line = getattr(fit, "along", None)
+    if line is not None:
+        return line(end, other)
+    return (lambda k: fit(k, other)) if end == 0 else (lambda k: fit(other, k))
 
 
 def least(ok: Callable[[int], bool], seq: Moves, first: int = 1, cap: int | None = None) -> int | None:
@@ -57,17 +69,17 @@ def size_ends(fit: Callable[[int, int], bool], low: Moves, high: Moves) -> tuple
     the low band); else the low band's whole sequence and the fewest high moves, then the fewest low moves
     that still fit.  None when even both whole sequences do not fit."""
     p_low, p_high = low.band.page_bytes, high.band.page_bytes
-    k_low = least(lambda k: fit(k, 0), low)
+    k_low = least(along(fit, 0, 0), low)
     cap = None if k_low is None else (k_low * p_low - 1) // p_high  # the high band must move fewer bytes
-    k_high = least(lambda k: fit(0, k), high, cap=cap) if cap is None or cap >= 1 else None
+    k_high = least(along(fit, 1, 0), high, cap=cap) if cap is None or cap >= 1 else None
     if k_high is not None:
         return 0, k_high
     if k_low is not None:
         return k_low, 0
     n_low = low.extend()
-    k_high = least(lambda k: fit(n_low, k), high)
+    k_high = least(along(fit, 1, n_low), high)
     if k_high is None:
         return None
-    k_low = least(lambda k: fit(k, k_high), low)
+    k_low = least(along(fit, 0, k_high), low)
     assert k_low is not None  # fit(n_low, k_high) holds and was probed
     return k_low, k_high
