@@ -154,34 +154,73 @@ class EndPack:
         self._cursor = band.hi - 1 if self.up else band.lo  # scans sources from the far edge toward the anchor
         self._views: dict[int, BandView] = {}
 
-    def _nearer(self, a: int, b: int) -> bool:
-        return a < b if self.up else a > b
-
     def extend(self, k: int | None = None) -> int:
-        """Generate moves until there are ``k`` (all, if None) or the sequence ends; how many there are."""
-        band, barrier, step = self.band, self.barrier, (-1 if self.up else 1)
-        while not self.done and (k is None or len(self.pairs) < k):
-            hole = next(self._holes, None)
-            src, cursor = None, self._cursor
-            while hole is not None and self._nearer(hole, cursor) and (barrier is None
-                                                                      or self._nearer(barrier, cursor)):
-                if cursor in band.live:
-                    src, cursor = cursor, cursor + step
-                    break
-                cursor += step * max(1, band.hole_run(cursor, step))  # beyond the barrier: a run of holes
-            self._cursor = cursor
-            if src is None or (self.stop_at_readers and self.has_readers(src)):
+        """Generate moves until there are ``k`` (all, if None) or the sequence ends; how many there are.  The
+        cursor jumps runs of holes beyond the barrier (``Band.hole_run``); the low band's copy of the loop and
+        the high band's mirror are written out, as the hot path of the shortfall-sized rung 2."""
+        band, barrier, pairs, holes, live = self.band, self.barrier, self.pairs, self._holes, self.band.live
+        readers = self.has_readers if self.stop_at_readers else None
+        want = len(pairs) + 10**18 if k is None else k
+        cursor = self._cursor
+        while not self.done and len(pairs) < want:
+            hole, src = next(holes, None), None
+            if self.up:  # anchor at slot 0: the source is the highest live slot above the hole and the barrier
+                while hole is not None and hole < cursor and (barrier is None or barrier < cursor):
+                    if cursor in live:
+                        src, cursor = cursor, cursor - 1
+                        break
+                    cursor -= max(1, band.hole_run(cursor, -1))
+            else:
+                while hole is not None and hole > cursor and (barrier is None or barrier > cursor):
+                    if cursor in live:
+                        src, cursor = cursor, cursor + 1
+                        break
+                    cursor += max(1, band.hole_run(cursor, 1))
+            if src is None or (readers is not None and readers(src)):
                 self.done = True
                 break
-            self.pairs.append((src, hole))
-        return len(self.pairs)
+            pairs.append((src, hole))
+        self._cursor = cursor
+        return len(pairs)
 
     def view(self, k: int) -> BandView:
         """The band as the planner sees it after the first ``k`` moves (already generated)."""
         got = self._views.get(k)
         if got is None:
-            got = self._views[k] = compaction_view(self.band, self.pairs[:k], self.has_readers)
+            got = self._views[k] = (self._retracted(k) if self.stop_at_readers
+                                    else compaction_view(self.band, self.pairs[:k], self.has_readers))
         return got
+
+    def _retracted(self, k: int) -> BandView:
+        """``compaction_view`` when every source frees its slot (``stop_at_readers``), in O(log^2 n): the sources
+        are the k farthest live pages, so the farthest slot still taken is the farther of the last destination and
+        the first slot nearer the anchor than the k-th source that is not a hole (a live page, or the barrier
+        itself: the barrier needs no term of its own); the span ends past it, and the holes lost to destinations
+        come back as freed sources, so the count drops only by the retraction."""
+        band, up = self.band, self.up
+        step = -1 if up else 1
+        s = (self.pairs[k - 1][0] if k else (band.hi if up else band.lo - 1)) + step
+        s += step * band.hole_run(s, step) if band.lo <= s < band.hi else 0
+        taken = [x for x in (s if band.lo <= s < band.hi else None, self.pairs[k - 1][1] if k else None)
+                 if x is not None]
+        if up:
+            lo, hi = band.lo, (max(taken) + 1 if taken else band.lo)
+            retracted = band.hi - hi
+        else:
+            lo, hi = (min(taken) if taken else band.hi), band.hi
+            retracted = lo - band.lo
+        n_used, count, pairs = k, band.hole_count - retracted, self.pairs
+
+        def first(m: int) -> list[int]:
+            if band.role is Role.HIGH:
+                unused = band.holes.islice(0, len(band.holes) - n_used, reverse=True)
+            else:
+                unused = band.holes.islice(n_used, None)
+            freed = (pairs[i][0] for i in range(n_used - 1, -1, -1))  # sources farthest first: reversed, anchor order
+            stream = merge_anchor_order(band.role, unused, freed)
+            return list(islice((x for x in stream if lo <= x < hi), max(0, min(m, count))))
+
+        return BandView(band.name, band.role, band.page_bytes, band.top, lo, hi, count, first)
 
 
 def compaction_view(band: Band, moves: list[tuple[int, int]], has_readers: Callable[[int], bool]) -> BandView:

@@ -158,27 +158,36 @@ def validate_plan(a: ArenaView, plan: Plan, demand: Mapping[str, int]) -> None:
         if not 0 <= t <= t_end <= a.bands[cls].top:
             _fail("PLAN-EXTENT", f"target span [{t}, {t_end}) of {cls!r} leaves its grid [0, {a.bands[cls].top})")
 
-    for m in plan.moves:
-        if m.cls not in a.bands:
-            _fail("PLAN-MOVE-SOURCE", f"move of unknown class {m.cls!r}")
-        if plan.rung is Rung.COMPACT and m.cls not in ends:
-            _fail("PLAN-RUNG", f"rung 2 moves {m.cls}:{m.src}, a float page; compaction packs the end bands only")
-        if plan.rung is Rung.RELAYOUT and m.cls not in ends and m.cls not in plan.spans:
-            _fail("PLAN-RUNG", f"rung 3 moves float {m.cls!r} without a target span")
-        if m.src == m.dst:
-            _fail("PLAN-MOVE-DEST", f"move {m.cls}:{m.src} onto itself")
-        if ov.get(m.cls, m.src) != "live":
-            _fail("PLAN-MOVE-SOURCE", f"moves {m.cls}:{m.src}, which is {ov.get(m.cls, m.src)} at that step")
-        if a.writers[(m.cls, m.src)] > 0:
-            _fail("PLAN-MOVE-WRITER", f"moves {m.cls}:{m.src} while a ledger user writes it")
-        dst = ov.get(m.cls, m.dst)
-        inside = m.cls in plan.spans and plan.spans[m.cls][0] <= m.dst < plan.spans[m.cls][1]
-        if ov.used(m.cls, m.dst) or dst == "withheld":
-            _fail("PLAN-DEST-USERS", f"moves onto {m.cls}:{m.dst}, which a ledger user still holds")
-        if not (dst == "hole" or (dst == "gap" and inside)):
-            _fail("PLAN-MOVE-DEST", f"moves onto {m.cls}:{m.dst}, which is {dst}")
-        ov.state[(m.cls, m.src)] = "withheld" if ov.used(m.cls, m.src) else "hole"
-        ov.state[(m.cls, m.dst)] = "live"
+    bands, state, readers, writers = a.bands, ov.state, a.readers, a.writers
+    for m in plan.moves:  # (the slot lookups inlined: _Overlay.get of an untouched slot is the band's state here)
+        cls, src, dst = m.cls, m.src, m.dst
+        band = bands.get(cls)
+        if band is None:
+            _fail("PLAN-MOVE-SOURCE", f"move of unknown class {cls!r}")
+        if plan.rung is Rung.COMPACT and cls not in ends:
+            _fail("PLAN-RUNG", f"rung 2 moves {cls}:{src}, a float page; compaction packs the end bands only")
+        if plan.rung is Rung.RELAYOUT and cls not in ends and cls not in plan.spans:
+            _fail("PLAN-RUNG", f"rung 3 moves float {cls!r} without a target span")
+        if src == dst:
+            _fail("PLAN-MOVE-DEST", f"move {cls}:{src} onto itself")
+        ks, kd = (cls, src), (cls, dst)
+        got = state.get(ks)
+        if got is None:
+            got = "live" if src in band.live and band.lo <= src < band.hi else ov.get(cls, src)
+        if got != "live":
+            _fail("PLAN-MOVE-SOURCE", f"moves {cls}:{src}, which is {got} at that step")
+        if writers.get(ks, 0) > 0:
+            _fail("PLAN-MOVE-WRITER", f"moves {cls}:{src} while a ledger user writes it")
+        dst_state = state.get(kd)
+        if dst_state is None:
+            dst_state = ov.get(cls, dst)
+        if readers.get(kd, 0) > 0 or writers.get(kd, 0) > 0 or dst_state == "withheld":
+            _fail("PLAN-DEST-USERS", f"moves onto {cls}:{dst}, which a ledger user still holds")
+        inside = cls in plan.spans and plan.spans[cls][0] <= dst < plan.spans[cls][1]
+        if not (dst_state == "hole" or (dst_state == "gap" and inside)):
+            _fail("PLAN-MOVE-DEST", f"moves onto {cls}:{dst}, which is {dst_state}")
+        state[ks] = "withheld" if readers.get(ks, 0) > 0 or writers.get(ks, 0) > 0 else "hole"
+        state[kd] = "live"
 
     for cls, (t, t_end) in plan.spans.items():
         band = a.bands[cls]

@@ -137,6 +137,30 @@ def test_compaction_view_is_the_moves_applied(role: Role) -> None:
             assert view.role is role
 
 
+@pytest.mark.parametrize("role", [Role.LOW, Role.HIGH])
+def test_sized_view_is_the_general_view(role: Role) -> None:
+    """The shortfall-sized sequence's O(log^2 n) view (``stop_at_readers``: every source frees its slot) equals
+    ``compaction_view`` of the same prefix, with and without a barrier, at every k."""
+    rng = random.Random(17 if role is Role.LOW else 18)
+    for _ in range(80):
+        band, readers = _random_end_band(rng, role)
+        barrier = None
+        if band.holes and rng.random() < 0.6:  # a withheld slot (not live, not a hole) pins what lies beyond it
+            w = rng.choice(list(band.holes))
+            band.holes.remove(w)
+            band.withheld.add(w)
+            barrier = w
+        elif rng.random() < 0.5:  # a page a writer holds
+            barrier = rng.choice(sorted(band.live))
+        pack = EndPack(band, barrier, lambda s, r=readers: s in r, stop_at_readers=True)
+        n = pack.extend()
+        for k in range(n + 1):
+            got, want = pack.view(k), compaction_view(band, pack.pairs[:k], lambda s, r=readers: s in r)
+            assert (got.lo, got.hi, got.hole_count) == (want.lo, want.hi, want.hole_count), (k, barrier, pack.pairs)
+            assert got.first_holes(want.hole_count + 2) == want.first_holes(want.hole_count + 2)
+            assert got.first_holes(1) == want.first_holes(1)
+
+
 # =============================================================================================
 # Rung 3: spans and free slots
 
