@@ -50,11 +50,14 @@ def probe_matches_walk(mod: types.ModuleType, seed: int, trials: int = 400) -> i
         wh = sorted(band.withheld)
         barrier = (max(wh) if role is Role.LOW else min(wh)) if wh and rng.random() < 0.7 else None
         seq = mod.EndSeq(band, barrier, None)
+        line = seq.line()  # every k at once, as the shortfall search reads it
         for k in range(len(seq) + 1):
             got, want = seq.view(k), mod._packed_view(band, seq.src[:k], seq.dst[:k], None)
             where = f"trial {trial} ({role.name}, span [{band.lo}, {band.hi}), barrier {barrier}), k={k}"
             assert (got.lo, got.hi, got.n_holes) == (want.lo, want.hi, want.n_holes), \
                 f"{where}: probe {(got.lo, got.hi, got.n_holes)}, walk {(want.lo, want.hi, want.n_holes)}"
+            lane = tuple(int(x[k]) for x in line)
+            assert lane == (want.lo, want.hi, want.n_holes), f"{where}: line {lane}, walk {want.lo, want.hi}"
             for n in (1, 3, want.n_holes, want.n_holes + 2):
                 assert got.take(n) == want.take(n), f"{where}: the {n} nearest holes differ"
             checked += 1
@@ -64,3 +67,48 @@ def probe_matches_walk(mod: types.ModuleType, seed: int, trials: int = 400) -> i
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_the_probe_is_the_walk(seed: int) -> None:
     assert probe_matches_walk(planner, seed) > 1000
+
+
+def _random_band(mod: types.ModuleType, rng: random.Random, role: Role, top: int, p_live: float,
+                 p_withheld: float) -> planner.Band:
+    band = mod.Band("x", role, 4, top * 4)
+    band.live = LiveMap(top)
+    span = rng.randint(0, top)
+    band.lo, band.hi = (0, span) if role is Role.LOW else (top - span, top)
+    for s in range(band.lo, band.hi):
+        r = rng.random()
+        if r < p_live:
+            band.live.put(np.array([s]), np.array([s]))
+        elif r < p_live + p_withheld:
+            band.withheld.add(s)
+        else:
+            band.holes.add(s)
+    return band
+
+
+def scans_match(mod: types.ModuleType, seed: int, trials: int = 150) -> None:
+    """``mod._beyond`` (chunked from the far edge, at most ``need``) is the live slots beyond the barrier
+    farthest first, cut at ``need``; ``mod._anchor_holes`` (from the page map or from the sorted holes) is the m
+    holes nearest the anchor. Bands of up to 3,000 slots, sparse and dense, so both read paths and several
+    chunks run."""
+    rng = random.Random(seed)
+    for _ in range(trials):
+        role = rng.choice([Role.LOW, Role.HIGH])
+        band = _random_band(mod, rng, role, rng.randint(1, 3000), rng.choice([0.02, 0.5, 0.97]),
+                            rng.choice([0, 0.05]))
+        up = role is Role.LOW
+        live = sorted(s for s in range(band.lo, band.hi) if band.live.arr[s] >= 0)
+        barrier = rng.choice(live) if live and rng.random() < 0.5 else None
+        far_first = [s for s in (reversed(live) if up else live)
+                     if barrier is None or (s > barrier if up else s < barrier)]
+        for need in (None, 0, 1, 2, 63, 64, 65, 300, len(far_first), len(far_first) + 1):
+            got = mod._beyond(band, barrier, need).tolist()
+            assert got == far_first[:need], (role.name, band.lo, band.hi, barrier, need)
+        holes = list(band.holes) if up else list(reversed(band.holes))
+        for m in (0, 1, 2, 5, 40, len(holes), len(holes) + 3):
+            assert mod._anchor_holes(band, m).tolist() == holes[:m], (role.name, band.lo, band.hi, m)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_scans_are_their_definitions(seed: int) -> None:
+    scans_match(planner, seed)

@@ -93,10 +93,11 @@ def check_alloc(mod: types.ModuleType, path: str) -> None:
 
 def check_probe(mod: types.ModuleType, path: str) -> None:
     """planner.py's O(1) rung-2 probe against the slot walk (tests/fast/test_gpu_probe.py); host code, one path."""
-    from tests.fast.test_gpu_probe import probe_matches_walk
+    from tests.fast.test_gpu_probe import probe_matches_walk, scans_match
 
     for seed in SEEDS:
         probe_matches_walk(mod, seed)
+        scans_match(mod, seed)
 
 
 def check_translate(mod: types.ModuleType, path: str) -> None:
@@ -573,6 +574,33 @@ PLANNER: tuple[Mutant, ...] = (
            "the first move's probe sees the band unmoved: the depth search needs one move more than the shortfall "
            "(a plan one move longer than the reference's)",
            lockstep="torch", kernel=check_probe, paths=("torch",)),
+    # the array form of the shortfall search (EndSeq.line, Lines, _anchor_holes) and of the relayout
+    Mutant("planner-line-prefix-off-by-one", planner_mod,
+           "            nx[:m] = nxt[1:m + 1]  # after k moves the farthest unmoved source is source k, if any\n",
+           "            nx[:m - 1] = nxt[2:m + 1]\n",
+           "the line's prefix is one source off: after k moves it takes source k + 1 for the farthest unmoved page, "
+           "so each lane's frontier retracts past a live page and the search stops one move early",
+           lockstep="torch", kernel=check_probe, paths=("torch",)),
+    Mutant("planner-depth-search-one-short", planner_mod,
+           "        return lambda k: bool(ok[k])\n",
+           "        return lambda k: bool(ok[min(k + 1, len(ok) - 1)])\n",
+           "the depth search reads the lane one past the depth it asks for: it stops one move short of the "
+           "shortfall, so the plan places onto a page that is still live (or rung 2 plans fewer moves than the "
+           "reference)",
+           lockstep="torch"),
+    Mutant("planner-anchor-holes-count-withheld", planner_mod,
+           "            free[w - a] = False\n",
+           "            pass\n",
+           "the page map's read of the nearest holes takes a withheld slot (not live) for a hole: compaction "
+           "moves a page onto a slot a forward still reads",
+           also=(("    return got if up else got[::-1]\n", "    return got[:m] if up else got[::-1][:m]\n"),),
+           kernel=check_probe, paths=("torch",)),
+    Mutant("planner-relayout-ignores-withheld", planner_mod,
+           "                sorted(band.withheld | used))\n",
+           "                sorted(used))\n",
+           "the float's relayout forgets its withheld slots as obstacles: its target span can leave a withheld "
+           "page outside, which then sits where a neighbour band grows",
+           lockstep="torch"),
 )
 MUTANTS = MUTANTS + ENGINE + PLANNER
 
