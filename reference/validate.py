@@ -105,7 +105,7 @@ def _check_shape(plan: object) -> None:
         if not isinstance(cls, str) or (type(slots) is not tuple and (not isinstance(slots, Sequence)
                                                                        or isinstance(slots, (str, bytes)))):
             _shape(f"plan.placements[{cls!r}]", slots, "a class name mapped to a tuple of int slots")
-        if all(type(s) is int for s in slots):  # (the common case, one pass)
+        if set(map(type, slots)) <= {int}:  # (the common case, one pass in C)
             continue
         for s in slots:
             if not _is_int(s):
