@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 import types
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -112,3 +113,45 @@ def scans_match(mod: types.ModuleType, seed: int, trials: int = 150) -> None:
 @pytest.mark.parametrize("seed", [0, 1])
 def test_scans_are_their_definitions(seed: int) -> None:
     scans_match(planner, seed)
+
+
+@pytest.mark.parametrize("name", ["toy-tri", "toy-swa"])
+def test_a_line_is_place_at_every_depth(name: str) -> None:
+    """``Lines.along`` (every move count of one end band as one lane, counted by ``fits_along``) answers as the
+    scalar ``place`` does at each point of the line, on arenas left with holes in both end bands by random
+    admits and frees, for demands from one page to past what compaction can give."""
+    from kvarena.gpu.allocator import make
+    from kvarena.spec.errors import AdmissionRejectedError
+    from kvarena.spec.models import ArenaConfig, preset, request_pages
+
+    rng = random.Random(name)
+    lines_checked, answers = 0, Counter()
+    for trial in range(12):
+        a = make(ArenaConfig(preset(name), 1 << 15, page_size=2, max_context_len=16), device="meta")
+        lad, live = a.ladder, []
+        i = misses = 0
+        while misses < 5:  # fill until refused, then free a scattered part: holes in both end bands
+            i += 1
+            try:
+                a.admit(f"o{i}", request_pages(preset(name), 2, rng.randint(1, 16)))
+                live.append(f"o{i}")
+            except AdmissionRejectedError:  # full (a refusal changes nothing)
+                misses += 1
+        for _ in range(len(live) * 2 // 5):
+            a.free(live.pop(rng.randrange(len(live))))
+        views = lad.views()
+        low, high = (planner.EndSeq(b, lad.barrier(b), lad._reader(b.name)) for b in (lad.bands[0], lad.bands[-1]))
+        for _ in range(6):
+            demand = {v.name: rng.randint(0, 2 * v.n_holes + 2) for v in views}  # around what the holes hold
+            lines = planner.Lines(views, low, high, demand, lad.hints)
+            for end, seq, other in ((0, low, high), (1, high, low)):
+                for o in sorted({0, len(other) // 2, len(other)}):
+                    got = lines.along(end, o)
+                    for k in range(len(seq) + 1):
+                        kl, kh = (k, o) if end == 0 else (o, k)
+                        want = planner.place([low.view(kl), *views[1:-1], high.view(kh)], demand, lad.hints).ok
+                        assert got(k) == want, (trial, demand, end, o, k)
+                        answers[want, k > 0] += 1
+                    lines_checked += 1
+    # both answers, at depth 0 and deeper: the lines cross from "short" to "fits"
+    assert lines_checked >= 100 and len(answers) == 4 and min(answers.values()) >= 20, answers
