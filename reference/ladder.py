@@ -209,18 +209,11 @@ class EndPack:
         else:
             lo, hi = (min(taken) if taken else band.hi), band.hi
             retracted = lo - band.lo
-        n_used, count, pairs = k, band.hole_count - retracted, self.pairs
+        pairs, count = self.pairs, band.hole_count - retracted
+        def freed() -> Iterator[int]:  # the sources come farthest first: reversed, they are in anchor order
+            return (pairs[i][0] for i in range(k - 1, -1, -1))
 
-        def first(m: int) -> list[int]:
-            if band.role is Role.HIGH:
-                unused = band.holes.islice(0, len(band.holes) - n_used, reverse=True)
-            else:
-                unused = band.holes.islice(n_used, None)
-            freed = (pairs[i][0] for i in range(n_used - 1, -1, -1))  # sources farthest first: reversed, anchor order
-            stream = merge_anchor_order(band.role, unused, freed)
-            return list(islice((x for x in stream if lo <= x < hi), max(0, min(m, count))))
-
-        return BandView(band.name, band.role, band.page_bytes, band.top, lo, hi, count, first)
+        return _packed(band, k, freed, lo, hi, count)
 
 
 def compaction_view(band: Band, moves: list[tuple[int, int]], has_readers: Callable[[int], bool]) -> BandView:
@@ -250,15 +243,19 @@ def compaction_view(band: Band, moves: list[tuple[int, int]], has_readers: Calla
         retracted, lo = s - lo, s
 
     count = band.hole_count - len(moves) + len(freed) - retracted
-    n_used = len(moves)
+    return _packed(band, len(moves), lambda: iter(freed), lo, hi, count)
 
-    def unused_holes() -> Iterator[int]:  # the original holes after the first n_used, anchor order
-        if band.role is Role.HIGH:
-            return band.holes.islice(0, len(band.holes) - n_used, reverse=True)
-        return band.holes.islice(n_used, None)
 
+def _packed(band: Band, n_used: int, freed: Callable[[], Iterator[int]], lo: int, hi: int, count: int) -> BandView:
+    """An end band's view after its first ``n_used`` moves: span ``[lo, hi)``, ``count`` holes, listed lazily as
+    the original holes past the first ``n_used`` (the destinations) merged with the freed sources (``freed()``,
+    anchor order), both cut to the span."""
     def first(k: int) -> list[int]:
-        stream = merge_anchor_order(band.role, unused_holes(), iter(freed))
+        if band.role is Role.HIGH:
+            unused = band.holes.islice(0, len(band.holes) - n_used, reverse=True)
+        else:
+            unused = band.holes.islice(n_used, None)
+        stream = merge_anchor_order(band.role, unused, freed())
         return list(islice((s for s in stream if lo <= s < hi), max(0, min(k, count))))
 
     return BandView(band.name, band.role, band.page_bytes, band.top, lo, hi, count, first)
