@@ -529,17 +529,9 @@ class EndSeq:
         return self._line  # type: ignore[return-value]
 
     def _after(self, k: int) -> View:
-        band, (nxt, fixed) = self.band, self._edges
+        band = self.band
         up = band.role is Role.LOW
-        far = int(self.dst[k - 1])  # the farthest hole filled
-        terms = [far, fixed] if k >= len(nxt) else [far, fixed, int(nxt[k])]
-        if up:
-            hi = max(terms) + 1  # far >= 0: something is occupied
-            lo, gone = band.lo, band.hi - hi
-        else:
-            lo = min(t for t in terms if t >= 0)
-            hi, gone = band.hi, lo - band.lo
-        count = len(band.holes) - gone
+        lo, hi, count = (int(x[k]) for x in self.line())  # the frontier after k moves: one lane of the line
         freed = self.src[:k][::-1]  # the moved sources, in anchor order
 
         def take(n: int) -> list[int]:

@@ -554,13 +554,6 @@ ENGINE: tuple[Mutant, ...] = (
 
 # -- gpu/'s own rung-2 probe (planner.py ``EndSeq.view``: the band after k moves from the sequence's arrays) -------
 PLANNER: tuple[Mutant, ...] = (
-    Mutant("planner-probe-skips-the-next-source", planner_mod,
-           "        terms = [far, fixed] if k >= len(nxt) else [far, fixed, int(nxt[k])]\n",
-           "        terms = [far, fixed] if k + 1 >= len(nxt) else [far, fixed, int(nxt[k + 1])]\n",
-           "the probe's prefix is off by one: after k moves it takes the farthest unmoved page to be source k + 1, "
-           "so the frontier retracts past a live page and rung 2 plans too few moves (a page placed onto a live "
-           "one)",
-           lockstep="torch", kernel=check_probe, paths=("torch",)),
     Mutant("planner-probe-ignores-withheld", planner_mod,
            "    wh = [w for w in band.withheld if lo <= w < hi]\n",
            "    wh = []\n",
@@ -578,8 +571,9 @@ PLANNER: tuple[Mutant, ...] = (
     Mutant("planner-line-prefix-off-by-one", planner_mod,
            "            nx[:m] = nxt[1:m + 1]  # after k moves the farthest unmoved source is source k, if any\n",
            "            nx[:m - 1] = nxt[2:m + 1]\n",
-           "the line's prefix is one source off: after k moves it takes source k + 1 for the farthest unmoved page, "
-           "so each lane's frontier retracts past a live page and the search stops one move early",
+           "the line's prefix is one source off (the probe skips the next source): after k moves it takes source "
+           "k + 1 for the farthest unmoved page, so each lane's frontier, and view(k), retracts past a live page "
+           "and the search stops one move early",
            lockstep="torch", kernel=check_probe, paths=("torch",)),
     Mutant("planner-depth-search-one-short", planner_mod,
            "        return lambda k: bool(ok[k])\n",
