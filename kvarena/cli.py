@@ -24,6 +24,8 @@ kvarena: the executable contract for the unified KV-cache arena of hybrid LLMs.
                             published single-H200 workloads or a trace file (modeled throughput, TTFT)
   kvarena conform           run the conformance vectors and the lockstep machine against an allocator
                             (--impl package.module:factory, --level safety|decisions|exact)   [conform]
+  kvarena explore           enumerate every reachable state of a small arena (breadth first), every
+                            invariant checked in each; --impl replays an allocator in lockstep     [conform]
   kvarena vectors           regenerate (--write) or verify (--check) the committed conformance vectors
   kvarena check-policy      check admission policies for safety (state machine + plan validator) and
                             compare their quality with the default ladder on standard traces  [conform]
@@ -41,6 +43,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "simulate": ("kvarena.simulate", "add_parser"),
     "conform": ("kvarena.conformance.runner.cli", "add_conform_parser"),
     "vectors": ("kvarena.conformance.runner.cli", "add_vectors_parser"),
+    "explore": ("kvarena.conformance.explore.cli", "add_parser"),
     "check-policy": ("kvarena.check_policy", "add_parser"),
     "prove": ("kvarena.proofs.cli", "add_parser"),
 }

@@ -1,0 +1,179 @@
+"""The explorer's alphabet: every single step a state offers, in handle terms (conformance/vectors/FORMAT.md).
+
+Unlike the lockstep machine's rules (conformance/machine/lockstep.py), which draw one step's arguments at
+random, :func:`steps` lists them all, within small ranges: each admission's demand up to ``pages`` per class,
+every owner's extend / drop / slide / free, every page's share, write, read and translate, an acquire of each
+owner's pages by each user kind, every release, compaction with and without a budget, a relayout per class,
+``flush_idle`` under budgets of one page and of everything, ``copy_state`` into a new owner and into every owner
+with room. Then one malformed call per refusal the state allows (:func:`refusals`): each must be refused with
+the reference's error class and change nothing.
+
+Owners, users and tags get fresh names from the conductor's serial; the explorer's canonical form renames them
+(canon.py), so a step's names never make two states differ.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from typing import Any
+
+from kvarena.conformance.machine.conductor import Conductor
+from kvarena.conformance.machine.harness import CACHE
+from kvarena.conformance.machine.lockstep import (
+    BAD_IDS,
+    KINDS,
+    _offers_flush,
+    _recurrent_contract,
+    held_flat,
+    is_state,
+    live,
+    requests,
+    room,
+    shareable,
+    states,
+)
+
+Step = tuple[str, dict[str, Any]]
+QUERIES = ("read", "translate")  # steps that change nothing even when they succeed
+
+
+def _fresh(c: Conductor, prefix: str) -> str:
+    return c.fresh(prefix)
+
+
+def steps(c: Conductor, pages: int = 1) -> Iterator[Step]:
+    """Every valid step of the bounded alphabet in this state (names are drawn as each step is yielded)."""
+    order = c.order
+    owners = c.oracle.owners()
+    reqs = requests(c)
+    token_pages = shareable(c)
+    # admissions: every demand up to `pages` a class (the recurrent class within recurrent_slots), then a
+    # prefix-shared admission of each shareable page
+    ranges = [range(room(c, k, pages) + 1) for k in order]
+    for counts in itertools.product(*ranges):
+        yield "admit", {"owner": _fresh(c, "r"), "demand": dict(zip(order, counts)), "shared": []}
+    for h in token_pages:
+        yield "admit", {"owner": _fresh(c, "r"), "demand": {order[-1]: 1}, "shared": [h]}
+    for o in reqs:
+        for k in order:
+            if room(c, k, 1, o):
+                yield "extend", {"owner": o, "demand": {k: 1}}
+    cached = set(held_flat(c, CACHE)) if CACHE in owners else set()
+    for h in token_pages:
+        if h not in cached:
+            yield "share", {"owner": CACHE, "pages": [h]}
+    for o in owners:
+        held = c.oracle.held(o)
+        for h in held_flat(c, o):
+            yield "drop", {"owner": o, "pages": [h]}
+        for k in order:
+            if held[k]:
+                yield "slide", {"owner": o, "cls": k, "n": 1}
+        yield "free", {"owner": o}
+    for h in states(c) if _recurrent_contract(c) else ():
+        cls = c.oracle.cls_of(h)
+        yield "copy_state", {"owner": _fresh(c, "node"), "page": h}
+        for o in reqs:
+            if room(c, cls, 1, o):
+                yield "copy_state", {"owner": o, "page": h}
+    for o in owners:
+        mine = held_flat(c, o)
+        if mine:
+            for kind in KINDS:
+                yield "acquire", {"user": _fresh(c, "u"), "kind": kind, "pages": mine}
+    for u in list(c.users):
+        yield "release", {"user": u}
+    yield "compact", {"max_moves": None}
+    yield "compact", {"max_moves": 1}
+    for k in order:
+        yield "relayout", {"demand": {k: 1}}
+    if _offers_flush(c):  # optional in the adapter protocol (version 9)
+        yield "flush_idle", {"budget_bytes": min(c.geo.page_bytes.values())}
+        yield "flush_idle", {"budget_bytes": c.geo.capacity}
+    for h in live(c):
+        c.serial += 1
+        yield "write", {"page": h, "entry": 0, "row": 0, "tag": c.serial}
+    for h in live(c):
+        yield "read", {"page": h, "entry": 0, "row": 0}
+        yield "translate", {"page": h}
+
+
+def refusals(c: Conductor) -> Iterator[Step]:
+    """One malformed call per refusal this state allows; each must raise the reference's error and change nothing."""
+    order, geo = c.order, c.geo
+    low, high = order[0], order[-1]
+    owners = c.oracle.owners()
+    reqs = requests(c)
+    pages = live(c)
+    token_pages = shareable(c)
+    bad = BAD_IDS[0]
+    yield "admit", {"owner": _fresh(c, "r"), "demand": {low: -1}, "shared": []}
+    yield "admit", {"owner": _fresh(c, "r"), "demand": {"nope": 1}, "shared": []}
+    yield "admit", {"owner": _fresh(c, "r"), "demand": {high: geo.top[high] + 1}, "shared": []}
+    yield "admit", {"owner": _fresh(c, "r"), "demand": {low: geo.top[low], high: geo.top[high]}, "shared": []}
+    yield "admit", {"owner": _fresh(c, "r"), "demand": {high: 1}, "shared": [bad]}
+    if owners:
+        yield "admit", {"owner": owners[0], "demand": {high: 1}, "shared": []}
+    for op, args in (("extend", {"demand": {high: 1}}), ("drop", {"pages": []}), ("slide", {"cls": low, "n": 0}),
+                     ("free", {})):
+        yield op, {"owner": "ghost", **args}
+    for o in reqs[:1]:
+        mine = set(held_flat(c, o))
+        others = [h for h in pages if h not in mine]
+        yield "drop", {"owner": o, "pages": [others[0] if others else bad]}
+        if mine:
+            h = min(mine)
+            yield "drop", {"owner": o, "pages": [h, h]}
+        yield "slide", {"owner": o, "cls": low, "n": len(c.oracle.held(o)[low]) + 1}
+        yield "slide", {"owner": o, "cls": "nope", "n": 0}
+        yield "extend", {"owner": o, "demand": {low: -1}}
+    yield "share", {"owner": CACHE, "pages": [bad]}
+    if token_pages:
+        h = token_pages[0]
+        yield "share", {"owner": _fresh(c, "s"), "pages": [h, h]}
+    if CACHE in owners and held_flat(c, CACHE):
+        yield "share", {"owner": CACHE, "pages": [held_flat(c, CACHE)[0]]}
+    recurrent = _recurrent_contract(c)  # copy_state and the rules that came with it are optional (protocol)
+    for h in states(c)[:1] if recurrent else ():
+        cls = c.oracle.cls_of(h)
+        cap = c.oracle.arena.config.recurrent_slots
+        yield "share", {"owner": CACHE, "pages": [h]}
+        yield "admit", {"owner": _fresh(c, "r"), "demand": {}, "shared": [h]}
+        yield "admit", {"owner": _fresh(c, "r"), "demand": {cls: cap + 1}, "shared": []}
+        for o in [o for o in reqs if not room(c, cls, 1, o)][:1]:
+            yield "extend", {"owner": o, "demand": {cls: 1}}
+            yield "copy_state", {"owner": o, "page": h}
+        if token_pages:
+            yield "copy_state", {"owner": _fresh(c, "node"), "page": token_pages[0]}
+    if recurrent:
+        yield "acquire", {"user": _fresh(c, "u"), "kind": KINDS[0], "pages": []}
+    yield "acquire", {"user": _fresh(c, "u"), "kind": "bogus", "pages": pages[:1]}
+    yield "acquire", {"user": _fresh(c, "u"), "kind": KINDS[0], "pages": [bad]}
+    if pages:
+        h = pages[0]
+        yield "acquire", {"user": _fresh(c, "u"), "kind": KINDS[0], "pages": [h, h]}
+        cls = c.oracle.cls_of(h)
+        yield "write", {"page": h, "entry": 0, "row": geo.rows[cls], "tag": 1}
+        yield "write", {"page": h, "entry": -1, "row": 0, "tag": 1}
+        yield "read", {"page": h, "entry": geo.entries[cls], "row": 0}
+    for u in list(c.users)[:1]:
+        yield "acquire", {"user": u, "kind": KINDS[0], "pages": pages[:1]}
+    yield "release", {"user": "never-acquired"}
+    yield "write", {"page": bad, "entry": 0, "row": 0, "tag": 1}
+    yield "read", {"page": bad, "entry": 0, "row": 0}
+    yield "translate", {"page": bad}
+    yield "compact", {"max_moves": -1}
+    if _offers_flush(c):
+        yield "flush_idle", {"budget_bytes": -1}
+    yield "relayout", {"demand": {"nope": 1}}
+    yield "relayout", {"demand": {high: geo.top[high] + 1}}
+
+
+def alphabet(c: Conductor, pages: int = 1) -> Iterator[Step]:
+    """The valid steps, then the refusals."""
+    yield from steps(c, pages)
+    yield from refusals(c)
+
+
+__all__ = ["QUERIES", "Step", "alphabet", "is_state", "refusals", "steps"]
