@@ -57,6 +57,10 @@ class GraphStep:
         self.cols = (cols_v, cols_p)
         self.binds = self.replays = self.eager_fallbacks = 0
 
+    def __setstate__(self, state: dict[str, Any]) -> None:  # a copied arena (kvarena explore)
+        self.__dict__.update(state)
+        self.np = [h.numpy() for h in self.host]  # views of the host buffers again, not copies
+
     def _ops(self, b: int) -> None:
         """The device work of one step on buffer ``b``: the same shapes and addresses every time."""
         a, kw, d = self.a, self.k * self.width, self.dev[b]

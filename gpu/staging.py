@@ -21,6 +21,8 @@ from typing import Any
 import numpy as np
 import torch
 
+COPY_WORDS = 256  # a copied ring's slot size; it grows on demand like any ring
+
 
 class _Slot:
     __slots__ = ("dev", "event", "host", "np", "views")
@@ -31,6 +33,14 @@ class _Slot:
         self.dev = torch.empty(words, dtype=torch.int64, device=device)
         self.event: Any = None
         self.views: dict[tuple[int, int], torch.Tensor] = {}  # (rows, n) -> host[:rows * n].view(rows, n)
+
+    # A copied arena (kvarena explore copies states whole) stages through fresh small buffers of its own: a slot's
+    # contents are scratch between calls, and the host array must be a view of the host tensor, not a copy of it.
+    def __getstate__(self) -> dict[str, Any]:
+        return {"words": min(len(self.np), COPY_WORDS), "device": self.dev.device, "pin": self.host.is_pinned()}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["words"], state["device"], state["pin"])  # type: ignore[misc]
 
 
 class Staging:
@@ -48,6 +58,10 @@ class Staging:
         self.cursor = 0
         self.uploads = 0  # counters for bench/host_cost.py
         self.grown = 0
+
+    def __setstate__(self, state: dict[str, Any]) -> None:  # a copy grows from small slots (COPY_WORDS)
+        self.__dict__.update(state)
+        self.words = min(self.words, COPY_WORDS)
 
     def _free_slot(self, n: int) -> _Slot:
         ring = self.ring

@@ -467,11 +467,25 @@ def _toy_dsa() -> ModelSpec:
     ), max_context_len=32, source="toy geometry for tests: kimi-k3's MLA latent + DSA index rows, KDA state")
 
 
+def _toy_floats(name: str, with_state: bool) -> ModelSpec:
+    """Two window classes of different width: with state, two float bands between the ends; without, a chain whose
+    low end and only float are both windows (every shipped preset has at most one float band)."""
+    classes = [StateClass("full", Kind.FULL, mha_rows([3], kv_heads=1, head_dim=8)),  # 32 B entries
+               StateClass("long", Kind.WINDOW, mha_rows([1], kv_heads=1, head_dim=16), window=16),  # 64 B
+               StateClass("short", Kind.WINDOW, mha_rows([2], kv_heads=3, head_dim=8), window=8)]  # 96 B
+    if with_state:
+        classes.append(StateClass("state", Kind.RECURRENT, gated_delta_rows([0], conv_dim=8, conv_kernel=2, v_heads=1,
+                                                                            k_dim=2, v_dim=4)))  # 64 B slot
+    return ModelSpec(name, tuple(classes), max_context_len=32, source="toy geometry for tests: two window widths")
+
+
 TOY_MODELS: dict[str, Callable[[], ModelSpec]] = {
     "toy-tri": lambda: _tiny("toy-tri", True, True),  # state (low) | window (float) | full (high)
     "toy-swa": lambda: _tiny("toy-swa", False, True),  # window (low) | full (high)
     "toy-state": lambda: _tiny("toy-state", True, False),  # state (low) | full (high)
     "toy-dsa": _toy_dsa,  # state (low) | MLA latent + DSA index keys (high)
+    "toy-two-float": lambda: _toy_floats("toy-two-float", True),  # state | long window | short window | full
+    "toy-win-float": lambda: _toy_floats("toy-win-float", False),  # long window (low) | short window | full
 }
 
 # Named configurations the arena refuses when an arena is built (ArenaConfig.validate), each with its reason:

@@ -18,6 +18,7 @@ import itertools
 from collections.abc import Iterator
 from typing import Any
 
+from kvarena.conformance.machine.below import offers_below
 from kvarena.conformance.machine.conductor import Conductor
 from kvarena.conformance.machine.harness import CACHE
 from kvarena.conformance.machine.lockstep import (
@@ -42,6 +43,12 @@ def _fresh(c: Conductor, prefix: str) -> str:
     return c.fresh(prefix)
 
 
+def _middle(c: Conductor, cls: str) -> int:
+    """The byte at the middle slot of the class's band (its anchor when the band is empty)."""
+    band = c.oracle.arena.bands[cls]
+    return (band.lo + band.hi) // 2 * c.geo.page_bytes[cls]
+
+
 def steps(c: Conductor, pages: int = 1) -> Iterator[Step]:
     """Every valid step of the bounded alphabet in this state (names are drawn as each step is yielded)."""
     order = c.order
@@ -55,10 +62,17 @@ def steps(c: Conductor, pages: int = 1) -> Iterator[Step]:
         yield "admit", {"owner": _fresh(c, "r"), "demand": dict(zip(order, counts)), "shared": []}
     for h in token_pages:
         yield "admit", {"owner": _fresh(c, "r"), "demand": {order[-1]: 1}, "shared": [h]}
+    below = offers_below(c)  # the optional placement limit: one page of each end below the end band's middle slot
+    ends = [k for k in dict.fromkeys((order[0], order[-1])) if room(c, k, 1)]
+    for k in ends if below else ():
+        yield "admit", {"owner": _fresh(c, "r"), "demand": {k: 1}, "shared": [], "below": {k: _middle(c, k)}}
     for o in reqs:
         for k in order:
             if room(c, k, 1, o):
                 yield "extend", {"owner": o, "demand": {k: 1}}
+        for k in ends if below else ():
+            if room(c, k, 1, o):
+                yield "extend", {"owner": o, "demand": {k: 1}, "below": {k: _middle(c, k)}}
     cached = set(held_flat(c, CACHE)) if CACHE in owners else set()
     for h in token_pages:
         if h not in cached:
@@ -128,6 +142,11 @@ def refusals(c: Conductor) -> Iterator[Step]:
         yield "slide", {"owner": o, "cls": low, "n": len(c.oracle.held(o)[low]) + 1}
         yield "slide", {"owner": o, "cls": "nope", "n": 0}
         yield "extend", {"owner": o, "demand": {low: -1}}
+    if offers_below(c):  # a malformed placement limit: a bool is not a byte offset, a float class has none
+        yield "admit", {"owner": _fresh(c, "r"), "demand": {high: 1}, "shared": [], "below": {high: True}}
+        yield "admit", {"owner": _fresh(c, "r"), "demand": {high: 1}, "shared": [], "below": {high: geo.capacity + 1}}
+        for k in geo.floats()[:1]:
+            yield "admit", {"owner": _fresh(c, "r"), "demand": {high: 1}, "shared": [], "below": {k: 0}}
     yield "share", {"owner": CACHE, "pages": [bad]}
     if token_pages:
         h = token_pages[0]
@@ -170,10 +189,52 @@ def refusals(c: Conductor) -> Iterator[Step]:
     yield "relayout", {"demand": {high: geo.top[high] + 1}}
 
 
+BATCHED = ("admit_batch", "extend_batch", "free_batch")  # the engine's calls (spec/arena.md §Batched operations)
+
+
+def batched(c: Conductor) -> Iterator[Step]:
+    """With an implementation that has them, the batched calls: two fresh owners admitted in one call (one
+    page of every class each, and nothing), a decode step growing every request's high end by a page (a
+    ghost lane included, refused in place), and every request freed in one call."""
+    from kvarena.conformance.machine.batched import _has
+
+    order, reqs = c.order, requests(c)
+    if _has(c, "admit_batch"):
+        yield "admit_batch", {"items": [{"owner": _fresh(c, "r"), "demand": {k: 1 for k in order}, "shared": []},
+                                        {"owner": _fresh(c, "r"), "demand": {}, "shared": []}]}
+    if reqs and _has(c, "extend_batch"):
+        yield "extend_batch", {"items": [{"owner": o, "demand": {order[-1]: 1}} for o in [*reqs, "ghost"]]}
+    if reqs and _has(c, "free_batch"):
+        yield "free_batch", {"items": [{"owner": o} for o in reqs]}
+
+
+def run_step(c: Conductor, op: str, args: dict[str, Any]) -> tuple[bool, str | None]:
+    """One step of the alphabet on the conductor: (took effect, the refusal's code). A batched step is one
+    batched call on the implementation and the same calls in order on the reference (machine/batched.py)."""
+    if op not in BATCHED:
+        exp = c.run(op, **args)
+        return exp.ok, exp.code
+    from kvarena.conformance.machine.batched import batch
+
+    base, items = op.removesuffix("_batch"), args["items"]
+    owners = [x["owner"] for x in items]
+    if base == "admit":
+        call = lambda a, _r: a.admit_batch(owners, [x["demand"] for x in items])  # noqa: E731
+    elif base == "extend":
+        call = lambda a, _r: a.extend_batch(owners, [x["demand"] for x in items])  # noqa: E731
+    else:
+        call = lambda a, _r: a.free_batch(owners)  # noqa: E731
+    exps = batch(c, base, items, call)
+    ok = [e for e in exps if e.ok]
+    return bool(ok), None if ok else exps[0].code
+
+
 def alphabet(c: Conductor, pages: int = 1) -> Iterator[Step]:
-    """The valid steps, then the refusals."""
+    """The valid steps, the batched calls (an implementation's), then the refusals."""
     yield from steps(c, pages)
+    if c.impl is not None:
+        yield from batched(c)
     yield from refusals(c)
 
 
-__all__ = ["QUERIES", "Step", "alphabet", "is_state", "refusals", "steps"]
+__all__ = ["BATCHED", "QUERIES", "Step", "alphabet", "batched", "is_state", "refusals", "run_step", "steps"]

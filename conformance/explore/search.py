@@ -18,6 +18,8 @@ runs: in this process, or sharded by state hash across Ray workers (shard.py), w
 
 from __future__ import annotations
 
+import copy
+import io
 import pickle
 import time
 from collections import Counter
@@ -25,7 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Protocol
 
-from kvarena.conformance.explore.alphabet import QUERIES, alphabet
+from kvarena.conformance.explore.alphabet import QUERIES, alphabet, run_step
 from kvarena.conformance.explore.canon import digest, state_key
 from kvarena.conformance.machine.conductor import Conductor
 from kvarena.conformance.machine.harness import CACHE, Divergence, LiveReference, config_from_json
@@ -50,6 +52,7 @@ class Bounds:
     max_context_len: int = 4
     impl: str | None = None  # MODULE:FACTORY replayed in lockstep; None: the reference alone
     level: str = "exact"
+    deep: bool = True  # also run the reference's invariant predicates on an Arena-like implementation
 
 
 @dataclass
@@ -69,7 +72,7 @@ class Violation:
 class Expansion:
     """What expanding one state gave: its new successors (digest, pickled state) and counts."""
 
-    children: list[tuple[bytes, bytes]] = field(default_factory=list)
+    children: list[tuple[bytes, Node]] = field(default_factory=list)
     transitions: int = 0
     refused: int = 0
     ops: Counter = field(default_factory=Counter)
@@ -78,6 +81,40 @@ class Expansion:
 
 def _nowhere() -> str:
     return ""
+
+
+Node = bytes | Conductor  # a state of the frontier: pickled, or (tensors inside) the conductor itself
+
+
+def holds_tensors(obj: object) -> bool:
+    """Whether pickling ``obj`` meets a torch tensor: plain pickle writes each tensor's storage on its own, so views
+    of one tensor (gpu/'s page tables, its byte arena seen as words) would come back as separate copies."""
+    found = []
+
+    class Probe(pickle.Pickler):
+        def persistent_id(self, x: object) -> None:
+            if type(x).__module__.startswith("torch") and type(x).__name__ in ("Tensor", "Parameter",
+                                                                              "UntypedStorage", "TypedStorage"):
+                found.append(x)
+            return None
+
+    try:
+        Probe(io.BytesIO(), pickle.HIGHEST_PROTOCOL).dump(obj)
+    except Exception:  # not picklable at all: copy it as an object
+        return True
+    return bool(found)
+
+
+def freeze(c: Conductor, by_object: bool) -> Node:
+    """A successor for the frontier: the pickled conductor, or the conductor itself (it is not used again)."""
+    return c if by_object else pickle.dumps(c, pickle.HIGHEST_PROTOCOL)
+
+
+def thaw(node: Node) -> Conductor:
+    """A working copy of a frontier state."""
+    if isinstance(node, Conductor):  # the trace's lines are never changed once written: copy the list, not them
+        return copy.deepcopy(node, {id(node.steps): list(node.steps)})
+    return pickle.loads(node)
 
 
 def load_impl(spec: str | None) -> Callable | None:
@@ -115,7 +152,7 @@ def smallest_capacity(bounds: Bounds) -> int:
 def root(bounds: Bounds, factory: Callable | None = None) -> Conductor:
     """The empty arena (and the implementation's), at the smallest capacity both build when none is given."""
     capacity = bounds.capacity or smallest_capacity(bounds)
-    c = start(factory, bounds.model, capacity, bounds.page_size, level=bounds.level,
+    c = start(factory, bounds.model, capacity, bounds.page_size, level=bounds.level, deep=bounds.deep,
               max_context_len=bounds.max_context_len, step=64)
     c.where = _nowhere  # pickled with every state: a module-level function, not the default lambda
     c.trace_lines = 0
@@ -130,10 +167,11 @@ class Expander:
         self.bounds = bounds
         self.seen: set[bytes] = set() if seen is None else seen
         self.progress = progress
+        self.by_object = False  # states travel as objects (deep copies), not pickles: see holds_tensors
 
-    def expand(self, node: bytes, depth: int, grow: bool) -> Expansion:
+    def expand(self, node: Node, depth: int, grow: bool) -> Expansion:
         out = Expansion()
-        c: Conductor | None = pickle.loads(node)
+        c: Conductor | None = thaw(node)
         assert c is not None
         broken = check_state(c)
         if broken is not None:
@@ -145,14 +183,14 @@ class Expander:
         serial = c.serial
         for op, args in menu:
             if c is None:
-                c = pickle.loads(node)
+                c = thaw(node)
                 c.serial = serial
             mark, nstep = len(c.steps), c.nstep
             before = c.oracle.arena.snapshot()
             out.transitions += 1
             out.ops[op] += 1
             try:
-                exp = c.run(op, **args)
+                ok, code = run_step(c, op, args)
             except Divergence as e:
                 out.violations.append(Violation(depth + 1, e.inv, str(e).split("\n")[0], list(c.steps)))
                 c = None
@@ -162,29 +200,33 @@ class Expander:
                                                 [*c.steps, {"step": nstep + 1, "op": op, "args": args}]))
                 c = None
                 continue
-            if not exp.ok or op in QUERIES:
+            # the reference's own outcome (at safety the conductor undoes, on the reference, an admission the
+            # implementation refused: that changes the reference and makes a new state, not a refusal)
+            ref_ok = any("returns" in s.get("expect", {}) for s in c.steps[mark:])
+            if not ref_ok or op in QUERIES:
                 if c.oracle.arena.snapshot() != before:
-                    what = f"refused with {exp.code}" if not exp.ok else "a query"
+                    what = f"refused with {code}" if not ref_ok else "a query"
                     out.violations.append(Violation(depth + 1, "INV-REFUSAL-IS-NOOP",
                                                     f"{op} {args} was {what} but changed the reference's state",
                                                     list(c.steps)))
                     c = None
                     continue
-                out.refused += not exp.ok
-                del c.steps[mark:]
-                c.nstep = nstep
-                continue
+                if not ok or op in QUERIES:  # neither side changed (the conductor checked the implementation)
+                    out.refused += not ok
+                    del c.steps[mark:]
+                    c.nstep = nstep
+                    continue
             d = digest(state_key(c))
             if d not in self.seen:
                 self.seen.add(d)
-                out.children.append((d, pickle.dumps(c, pickle.HIGHEST_PROTOCOL)))
+                out.children.append((d, freeze(c, self.by_object)))
             c = None
         return out
 
-    def expand_many(self, nodes: Sequence[tuple[int, bytes]], depth: int, grow: bool) -> list[tuple[int, Expansion]]:
+    def expand_many(self, nodes: Sequence[tuple[int, Node]], depth: int, grow: bool) -> list[tuple[int, Expansion]]:
         return [(i, self.expand(n, depth, grow)) for i, n in nodes]
 
-    def expand_level(self, frontier: Sequence[tuple[bytes, bytes]], depth: int,
+    def expand_level(self, frontier: Sequence[tuple[bytes, Node]], depth: int,
                      grow: bool) -> list[tuple[int, Expansion]]:
         out, last = [], time.perf_counter()
         for i, (_d, n) in enumerate(frontier):
@@ -220,7 +262,7 @@ def check_state(c: Conductor) -> tuple[str | None, str] | None:
 class Backend(Protocol):
     """Expands a level: (frontier index, expansion) for every state of ``frontier`` ((digest, state) pairs)."""
 
-    def expand_level(self, frontier: Sequence[tuple[bytes, bytes]], depth: int,
+    def expand_level(self, frontier: Sequence[tuple[bytes, Node]], depth: int,
                      grow: bool) -> list[tuple[int, Expansion]]: ...
 
 
@@ -283,13 +325,23 @@ def renamed(steps: list[dict]) -> list[dict]:
 
 
 def explore(bounds: Bounds, progress: Callable[[str], None] | None = None, ray: str | None = None,
-            workers: int = 2) -> Result:
+            workers: int = 2, factory: Callable | None = None) -> Result:
     """Breadth-first search to ``bounds.depth`` (or ``max_states``), stopping after the level of the first violation;
-    with ``ray`` (an address), each level on ``workers`` Ray actors (shard.py)."""
+    with ``ray`` (an address), each level on ``workers`` Ray actors (shard.py). ``factory``: the implementation
+    itself, in this process (``bounds.impl`` then only names it)."""
     t0 = time.perf_counter()
-    factory = load_impl(bounds.impl)
+    if factory is None:
+        factory = load_impl(bounds.impl)
+    elif ray is not None:
+        raise ValueError("a factory object cannot travel to Ray workers: name it in bounds.impl (MODULE:FACTORY)")
     c = root(bounds, factory)
-    first = pickle.dumps(c, pickle.HIGHEST_PROTOCOL)
+    by_object = c.impl is not None and holds_tensors(c.impl.alloc)
+    if by_object and ray is not None:
+        from kvarena.text import UsageError
+
+        raise UsageError(f"--ray ships states as pickles, and {bounds.impl}'s allocator holds torch tensors, whose "
+                         "views do not survive pickling: run it without --ray (one process copies its states whole)")
+    first = freeze(copy.deepcopy(c), by_object)
     d0 = digest(state_key(c))
     visited: set[bytes] = {d0}
     backend: Backend
@@ -299,6 +351,7 @@ def explore(bounds: Bounds, progress: Callable[[str], None] | None = None, ray: 
         backend = RayBackend(bounds, ray, workers)
     else:
         backend, workers = Expander(bounds, seen={d0}, progress=progress), 1
+        backend.by_object = by_object
     result = Result(bounds, capacity=c.geo.capacity, workers=workers, config_json=dict(c.config_json))
     try:
         _search(bounds, backend, result, [(d0, first)], visited, progress, t0)
@@ -310,11 +363,11 @@ def explore(bounds: Bounds, progress: Callable[[str], None] | None = None, ray: 
     return result
 
 
-def _search(bounds: Bounds, backend: Backend, result: Result, frontier: list[tuple[bytes, bytes]],
+def _search(bounds: Bounds, backend: Backend, result: Result, frontier: list[tuple[bytes, Node]],
             visited: set[bytes], progress: Callable[[str], None] | None, t0: float) -> None:
     for depth in range(bounds.depth + 1):
         grow = depth < bounds.depth and not result.truncated
-        nxt: list[tuple[bytes, bytes]] = []
+        nxt: list[tuple[bytes, Node]] = []
         level_t = time.perf_counter()
         expansions = backend.expand_level(frontier, depth, grow)
         expansions.sort(key=lambda x: x[0])

@@ -37,7 +37,8 @@ from kvarena.spec.layout import Kind, entries_per_page
 from kvarena.spec.models import ArenaConfig, preset
 from kvarena.spec.types import UserKind
 
-TOYS = ["toy-tri", "toy-tri", "toy-swa", "toy-state"]  # floats only exist in toy-tri: weight it
+# floats exist in toy-tri (one), toy-two-float (two) and toy-win-float (one, between two windows): weight toy-tri
+TOYS = ["toy-tri", "toy-tri", "toy-swa", "toy-state", "toy-two-float", "toy-win-float"]
 CACHE = "cache"  # the prefix cache: an owner like any request
 # the shipped policies that plan rung 1 through Arena.ladder's limit (exact types: full-compaction and best-fit
 # ignore it, documented; a caller's own policy need not honour it, so check-policy does not hold it to the order)

@@ -58,7 +58,8 @@ FAMILIES = {
     "last-page": "the largest demand that fits a band, one page more, after other classes, and by extend",
     "float-edges": "the float filled one page a step, then each end up to it; its edge pages freed and regrown",
 }
-MODELS = ("toy-tri", "toy-swa", "toy-state")  # the lockstep machine's toys: a float, two ends of each kind
+# the lockstep machine's toys: a float, two ends of each kind, two floats, a window-only chain
+MODELS = ("toy-tri", "toy-swa", "toy-state", "toy-two-float", "toy-win-float")
 PAGE_SIZES = (2, 4)  # the machine's page sizes
 CONTEXT = 16  # the machine's max_context_len
 FLOAT_RATIOS = ((0.5, 0.7),)  # (swa_full_tokens_ratio, mamba_full_memory_ratio): another float edge, off the default
@@ -72,12 +73,13 @@ def _config(model: str, capacity: int, page_size: int, ratios: tuple[float, floa
 
 @cache
 def feasibility_floor(model: str, page_size: int, ratios: tuple[float, float] | None = None) -> int:
-    """The smallest capacity the reference builds: from the worst case's byte sum up, one byte at a time (the floor
-    is at most a few pages above it; a few hundred constructions of a toy, about 0.1 ms each)."""
+    """The smallest capacity the reference builds: from the worst case's byte sum up, one byte at a time (one float:
+    at most a few pages above it, a few hundred constructions of a toy, about 0.1 ms each; two floats: up to twice
+    it, since each empty float starts at its hint and rung 1 places around both)."""
     probe = _config(model, 1 << 20, page_size, ratios)
     worst = worst_case_demand(probe)
     need = sum(n * probe.page_bytes(c) for c, n in worst.items())
-    step_limit = need + 8 * max(probe.page_bytes(c.name) for c in probe.model.classes)
+    step_limit = 2 * need + 8 * max(probe.page_bytes(c.name) for c in probe.model.classes)
     for cap in range(need, step_limit):
         try:
             Arena(_config(model, cap, page_size, ratios))

@@ -45,7 +45,8 @@ from kvarena.spec.layout import Kind
 from kvarena.spec.models import ArenaConfig, preset
 from kvarena.spec.types import UserKind
 
-TOYS = ["toy-tri", "toy-tri", "toy-swa", "toy-state"]  # floats only exist in toy-tri: weight it
+# floats exist in toy-tri (one), toy-two-float (two) and toy-win-float (one, between two windows): weight toy-tri
+TOYS = ["toy-tri", "toy-tri", "toy-swa", "toy-state", "toy-two-float", "toy-win-float"]
 BAD_IDS = ({"vid": -1}, {"vid": -7}, {"vid": 2**31 - 1})  # never bound by any implementation
 KINDS = [k.value for k in UserKind]
 
