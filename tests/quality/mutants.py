@@ -95,6 +95,19 @@ MUTANTS: tuple[Mutant, ...] = (
 )
 
 
+# Bugs only a chain with two non-empty float bands exposes: with one float (or none) the mutated code computes the
+# same thing. Killed by `kvarena explore` on toy-two-float and proven harmless on toy-tri's chain
+# (tests/fast/test_explore.py); refuted for chains of any length by proofs/chain.py (CHAIN-MUTANT-LOW-GAP).
+CHAIN_MUTANTS: tuple[Mutant, ...] = (
+    Mutant("float-grows-down-into-the-low-gap", ladder_mod,
+           "        up, down = above[v.name], below[v.name]",
+           "        up, down = above[v.name], above[low.name]",
+           ("INV-BAND-ORDER", "INV-NO-OVERLAP"),
+           "a non-empty float grows down into the gap above the low end band, not the gap below itself: the same gap "
+           "while it is the only present float, the gap below the other float when two are present"),
+)
+
+
 # Bugs in the order of an operation's checks and writes: a refusal that changes the state. Only a refusal
 # catches them (the machine's INV-REFUSAL-IS-NOOP probes, which also plant a policy whose plans are refused),
 # so they are not run through the lockstep and the vectors, which drive the default policy's successes.
