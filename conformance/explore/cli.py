@@ -81,7 +81,15 @@ def run(args: argparse.Namespace) -> int:
                     impl=args.impl, level=level)
     progress = None if args.quiet else (lambda line: print(f"kvarena explore: {line}", file=sys.stderr, flush=True))
     try:
-        result = explore(bounds, progress=progress, ray=args.ray, workers=args.workers)
+        if args.ray is not None:
+            from kvarena.conformance.explore.shard import RayUnavailable, explore_on_ray
+
+            try:
+                result = explore_on_ray(bounds, args.ray, args.workers, progress=progress)
+            except RayUnavailable as e:
+                raise UsageError(str(e)) from None
+        else:
+            result = explore(bounds, progress=progress)
     except ConfigError as e:
         raise UsageError(str(e)) from None
     except AdapterError as e:

@@ -324,31 +324,29 @@ def renamed(steps: list[dict]) -> list[dict]:
     return out
 
 
-def explore(bounds: Bounds, progress: Callable[[str], None] | None = None, ray: str | None = None,
-            workers: int = 2, factory: Callable | None = None) -> Result:
-    """Breadth-first search to ``bounds.depth`` (or ``max_states``), stopping after the level of the first violation;
-    with ``ray`` (an address), each level on ``workers`` Ray actors (shard.py). ``factory``: the implementation
-    itself, in this process (``bounds.impl`` then only names it)."""
+def explore(bounds: Bounds, progress: Callable[[str], None] | None = None, factory: Callable | None = None,
+            sharded: Callable[[Bounds], Backend] | None = None, workers: int = 1) -> Result:
+    """Breadth-first search to ``bounds.depth`` (or ``max_states``), stopping after the level of the first violation.
+    ``factory``: the implementation itself, in this process (``bounds.impl`` then only names it); ``sharded``: a
+    backend that expands each level elsewhere (shard.py's Ray actors, ``workers`` of them), states as pickles."""
     t0 = time.perf_counter()
     if factory is None:
         factory = load_impl(bounds.impl)
-    elif ray is not None:
-        raise ValueError("a factory object cannot travel to Ray workers: name it in bounds.impl (MODULE:FACTORY)")
+    elif sharded is not None:
+        raise ValueError("a factory object cannot travel to other processes: name it in bounds.impl (MODULE:FACTORY)")
     c = root(bounds, factory)
+    d0 = digest(state_key(c))
+    visited: set[bytes] = {d0}
     by_object = c.impl is not None and holds_tensors(c.impl.alloc)
-    if by_object and ray is not None:
+    if by_object and sharded is not None:
         from kvarena.text import UsageError
 
         raise UsageError(f"--ray ships states as pickles, and {bounds.impl}'s allocator holds torch tensors, whose "
                          "views do not survive pickling: run it without --ray (one process copies its states whole)")
     first = freeze(copy.deepcopy(c), by_object)
-    d0 = digest(state_key(c))
-    visited: set[bytes] = {d0}
     backend: Backend
-    if ray is not None:
-        from kvarena.conformance.explore.shard import RayBackend
-
-        backend = RayBackend(bounds, ray, workers)
+    if sharded is not None:
+        backend = sharded(bounds)
     else:
         backend, workers = Expander(bounds, seen={d0}, progress=progress), 1
         backend.by_object = by_object

@@ -9,10 +9,10 @@ Ray schedules the actors; nothing here is a scheduler.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from kvarena.conformance.explore.search import Bounds, Expander, Expansion
+from kvarena.conformance.explore.search import Bounds, Expander, Expansion, Node, Result, explore
 
 
 class RayUnavailable(RuntimeError):
@@ -41,7 +41,7 @@ class RayBackend:
         actor = ray.remote(_Actor)
         self.actors: list[Any] = [actor.remote(bounds) for _ in range(workers)]
 
-    def expand_level(self, frontier: Sequence[tuple[bytes, bytes]], depth: int,
+    def expand_level(self, frontier: Sequence[tuple[bytes, Node]], depth: int,
                      grow: bool) -> list[tuple[int, Expansion]]:
         w = len(self.actors)
         shards: list[list[tuple[int, bytes]]] = [[] for _ in range(w)]
@@ -53,3 +53,9 @@ class RayBackend:
     def close(self) -> None:
         for a in self.actors:
             self.ray.kill(a)
+
+
+def explore_on_ray(bounds: Bounds, address: str, workers: int = 2,
+                   progress: Callable[[str], None] | None = None) -> Result:
+    """:func:`~kvarena.conformance.explore.search.explore` with each level on ``workers`` Ray actors."""
+    return explore(bounds, progress=progress, sharded=lambda b: RayBackend(b, address, workers), workers=workers)

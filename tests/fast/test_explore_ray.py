@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from kvarena.conformance.explore.search import Bounds, explore
+from kvarena.conformance.explore.shard import explore_on_ray
 
 ray = pytest.importorskip("ray", reason="ray is not installed: pip install 'kvarena[ray]'")
 
@@ -35,7 +36,7 @@ def _same(r) -> dict:  # type: ignore[no-untyped-def]
 ], ids=["two-float", "truncated", "violation"])
 def test_ray_shards_give_the_single_process_result(local_ray: None, bounds: Bounds) -> None:
     one = explore(bounds)
-    sharded = explore(bounds, ray="auto", workers=2)
+    sharded = explore_on_ray(bounds, "auto", workers=2)
     assert sharded.workers == 2
     assert _same(sharded) == _same(one)
     assert [v.steps for v in sharded.violations] == [v.steps for v in one.violations]
