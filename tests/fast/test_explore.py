@@ -16,7 +16,7 @@ from kvarena.conformance.machine.harness import LiveReference, config_from_json
 from kvarena.conformance.runner.conform import conform
 from kvarena.conformance.vectors.replay import load
 from kvarena.spec.types import UserKind
-from tests.quality.mutants import MUTANTS, REFUSAL_MUTANTS, isolated
+from tests.quality.mutants import CHAIN_MUTANTS, MUTANTS, REFUSAL_MUTANTS, isolated
 
 TOY = Bounds(depth=2)
 # every operation of the alphabet (spec/arena.md §Operations); the batched ones need an implementation that has them
@@ -162,3 +162,13 @@ def test_cli_json_and_exit_status(capsys: pytest.CaptureFixture[str]) -> None:
     text = capsys.readouterr().out
     assert "VIOLATION INV-NO-OVERLAP" in text and "shortest trace" in text
     assert main(["explore", "--depth", "-1"]) == 2
+
+
+def test_the_two_float_mutant_is_found_on_two_floats_only() -> None:
+    """The planted bug only two present floats expose (tests/quality/mutants.py CHAIN_MUTANTS; refuted for chains of
+    any length by proofs/chain.py): found on toy-two-float within two steps, absent from toy-tri's states."""
+    (m,) = CHAIN_MUTANTS
+    two = explore(Bounds(model="toy-two-float", depth=2, impl=m.name, deep=False), factory=isolated(m))
+    assert two.violations and two.violations[0].depth <= 2
+    one = explore(Bounds(model="toy-tri", depth=3, impl=m.name, deep=False), factory=isolated(m))
+    assert not one.violations and one.states > 1000
