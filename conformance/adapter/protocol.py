@@ -76,7 +76,7 @@ REFERENCE_ALIAS = "reference"  # ``--impl reference``: the reference itself (a s
 # factory-level ``PROTOCOL_VERSION``; ``conform`` names the changes since (:func:`version_notes`). A new change:
 # bump PROTOCOL_VERSION, add its entry to PROTOCOL_CHANGES and its section to conformance/CHANGELOG.md
 # (tests/fast/test_protocol_version.py holds the three together).
-PROTOCOL_VERSION = 11
+PROTOCOL_VERSION = 12
 
 # version -> (date, what changed, what an adapter written for an older version changes)
 PROTOCOL_CHANGES: dict[int, tuple[str, str, str]] = {
@@ -132,6 +132,14 @@ PROTOCOL_CHANGES: dict[int, tuple[str, str, str]] = {
          "nothing for an adapter without batched calls; with them: accept result.rows as owners, refuse the new "
          "cases with typed errors, poll at every call that can change pages or the ledger, then set "
          "PROTOCOL_VERSION = 11"),
+    12: ("2026-12-06", "chains with two float bands (toy-two-float: state | long window | short window | full) and a "
+                       "window as the low end beside a window float (toy-win-float) in the lockstep machine, the "
+                       "boundary scenarios and the vectors (mixed-toy-two-float, mixed-toy-win-float); kvarena "
+                       "explore replays an implementation along every transition of a small arena by copying it "
+                       "(copy.deepcopy; pickle with --ray)",
+         "keep every present band in chain order whatever sits beside a float (another float, a window end); for "
+         "kvarena explore make the allocator copyable with copy.deepcopy (pickle for --ray); then set "
+         "PROTOCOL_VERSION = 12"),
 }
 
 

@@ -16,7 +16,7 @@ from kvarena.spec.layout import entry_layout
 from kvarena.spec.models import ArenaConfig, chain, worst_case_demand
 from kvarena.spec.pools import split_regions
 
-PROTOCOL_VERSION = 11  # the adapter protocol this was written for: conform names any change since (CHANGELOG.md)
+PROTOCOL_VERSION = 12  # the adapter protocol this was written for: conform names any change since (CHANGELOG.md)
 
 
 class TwoEndedAdapter(PoolAdapter):
