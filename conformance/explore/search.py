@@ -152,8 +152,21 @@ def smallest_capacity(bounds: Bounds) -> int:
 def root(bounds: Bounds, factory: Callable | None = None) -> Conductor:
     """The empty arena (and the implementation's), at the smallest capacity both build when none is given."""
     capacity = bounds.capacity or smallest_capacity(bounds)
+    if factory is not None:  # a model geometry the implementation does not serve: say so, explore nothing else
+        from kvarena.conformance.machine.harness import build
+        from kvarena.spec.errors import ConfigError
+        from kvarena.spec.models import ArenaConfig, preset
+        from kvarena.text import UsageError
+
+        try:
+            build(factory, ArenaConfig(preset(bounds.model), capacity, page_size=bounds.page_size,
+                                       max_context_len=bounds.max_context_len))
+        except ConfigError as e:
+            raise UsageError(f"{bounds.impl} does not serve {bounds.model}: ConfigError: {e}") from None
+        except ArenaError:
+            pass
     c = start(factory, bounds.model, capacity, bounds.page_size, level=bounds.level, deep=bounds.deep,
-              max_context_len=bounds.max_context_len, step=64)
+              max_context_len=bounds.max_context_len, step=64, fallback=None)
     c.where = _nowhere  # pickled with every state: a module-level function, not the default lambda
     c.trace_lines = 0
     return c

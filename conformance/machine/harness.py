@@ -484,7 +484,9 @@ def build(factory: Callable[[ArenaConfig], Any], config: ArenaConfig) -> Any:
 def construct_pair(factory: Callable[[ArenaConfig], Any], config: ArenaConfig, level: str) -> tuple[Any, Any]:
     """Build the reference and the implementation for ``config`` and compare the outcome (the feasibility
     floor): (arena, alloc), (None, None) when both refuse, or (arena, None) when only the implementation
-    refuses at ``safety`` (it may be stricter).  Divergence otherwise."""
+    refuses at ``safety`` or ``pool`` (it may be stricter: a bigger feasibility floor, ``CapacityTooSmall``, or a
+    model geometry it cannot serve, ``ConfigError``, as SGLang's adapter refuses toy-two-float's page grids).
+    Divergence otherwise."""
     ref_error = ""
     try:
         ref: Any = Arena(config)
@@ -509,8 +511,8 @@ def construct_pair(factory: Callable[[ArenaConfig], Any], config: ArenaConfig, l
                              "(kvarena.spec.models.ArenaConfig.validate states the rules)")
         raise Divergence(f"INV-FEASIBILITY-FLOOR: the reference refuses {cfg} ({ref_code}: {ref_error}) but the "
                          "implementation builds it", inv="INV-FEASIBILITY-FLOOR")
-    if ref_code is None and imp_code == "CapacityTooSmall" and level in OWN_POLICY:
-        return ref, None
+    if ref_code is None and imp_code in ("CapacityTooSmall", "ConfigError") and level in OWN_POLICY:
+        return ref, None  # stricter: a bigger floor, or a model geometry it does not serve (both skipped)
     raise Divergence(f"construct {cfg}: the reference {'builds it' if ref_code is None else 'raises ' + ref_code}, "
                      f"the implementation {'builds it' if imp_code is None else 'raises ' + imp_code}")
 

@@ -37,10 +37,11 @@ from kvarena.conformance.machine.harness import (
     Divergence,
     LiveReference,
     Side,
+    build,
     config_to_json,
     construct_pair,
 )
-from kvarena.spec.errors import CapacityTooSmallError
+from kvarena.spec.errors import ArenaError, CapacityTooSmallError, ConfigError
 from kvarena.spec.layout import Kind
 from kvarena.spec.models import ArenaConfig, preset
 from kvarena.spec.types import UserKind
@@ -590,10 +591,10 @@ RULES: dict[str, tuple[Callable[[Conductor], bool] | None, Callable[[Conductor, 
 
 def start(factory: Callable[[ArenaConfig], Any] | None, model: str, capacity: int, page_size: int,
           level: str = "exact", deep: bool = True, max_context_len: int | None = 16, step: int = 256,
-          **config_kwargs: Any) -> Conductor:
+          fallback: str | None = "toy-tri", **config_kwargs: Any) -> Conductor:
     """A conductor on the smallest capacity >= ``capacity`` (in ``step`` increments) that both sides build;
     the implementation must refuse exactly the configurations the reference refuses (below ``exact``,
-    at ``safety``, it may refuse more)."""
+    at ``safety``, it may refuse more: a model geometry it does not serve, ``ConfigError``, runs ``fallback``)."""
     spec = preset(model)
     for _ in range(64):
         config = ArenaConfig(spec, capacity, page_size=page_size, max_context_len=max_context_len, **config_kwargs)
@@ -605,6 +606,14 @@ def start(factory: Callable[[ArenaConfig], Any] | None, model: str, capacity: in
                 continue
             return Conductor(Geometry.of(config), oracle, config_json=config_to_json(config))
         ref, imp = construct_pair(factory, config, level)
+        if ref is not None and imp is None and fallback and model != fallback:
+            try:
+                build(factory, config)
+            except ConfigError:  # a geometry the implementation does not serve (stricter, at safety): the fallback's
+                return start(factory, fallback, capacity, page_size, level, deep, max_context_len, step,
+                             fallback=None, **config_kwargs)
+            except ArenaError:
+                pass
         if ref is not None and imp is not None:
             geo = Geometry.of(config)
             return Conductor(geo, LiveReference(config, arena=ref), Side(imp, geo), level=level, deep=deep,

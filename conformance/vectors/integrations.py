@@ -532,6 +532,15 @@ SGLANG_EXPECTED: dict[str, tuple[str, str]] = {
         "do not map onto kvarena's",
         "hymba-1.5b's 7,168,000 B state pages share no whole-page shift of every class's grid with SGLang's one-page "
         "sink floor, so the adapter cannot lay kvarena's grids onto SGLang's (the integration-spec-decode limit)"),
+    "mixed-toy-two-float": (
+        "do not map onto kvarena's",
+        "toy-two-float's four classes (64 B state slots, 64 B and 96 B window entries, 32 B full entries) share no "
+        "whole-page shift of every grid with SGLang's one-page sink floor (the integration-spec-decode limit); the "
+        "lockstep machine runs toy-tri instead when the adapter refuses a toy's geometry at safety"),
+    "mixed-toy-win-float": (
+        "do not map onto kvarena's",
+        "toy-win-float's window low end (64 B entries) beside a 96 B window float shares no whole-page shift of every "
+        "grid with SGLang's one-page sink floor (the integration-spec-decode limit)"),
 }
 
 

@@ -15,7 +15,7 @@
 
 Across the whole project (every module of every folder): no import circle, and no upward import under the
 layers spec < reference, gpu, kvarena.text < proofs, conformance < engines < simulator < the commands; within
-conformance/ its subpackages are layered adapter < example < machine < vectors < runner.
+conformance/ its subpackages are layered adapter < example < machine < vectors < explore < runner.
 
 Relative imports are resolved against the file's package, and imports nested inside functions
 count too (those under ``if TYPE_CHECKING:`` do not: they never run).
@@ -302,7 +302,7 @@ LAYERS = {"spec": 0, "text": 1, "reference": 1, "gpu": 1, "proofs": 2, "conforma
           "simulator": 4, "command": 5}
 FOLDERS = ("spec", "reference", "gpu", "conformance", "proofs", "simulator", "engines", "kvarena")
 # Subpackages of one folder that are layered among themselves, lowest first (conformance/README.md §Files)
-SUBPACKAGE_ORDER = {"conformance": ("adapter", "example", "machine", "vectors", "runner")}
+SUBPACKAGE_ORDER = {"conformance": ("adapter", "example", "machine", "vectors", "explore", "runner")}
 
 
 def type_checking_lines(source: str) -> set[int]:
