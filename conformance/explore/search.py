@@ -162,7 +162,8 @@ def root(bounds: Bounds, factory: Callable | None = None) -> Conductor:
             build(factory, ArenaConfig(preset(bounds.model), capacity, page_size=bounds.page_size,
                                        max_context_len=bounds.max_context_len))
         except ConfigError as e:
-            raise UsageError(f"{bounds.impl} does not serve {bounds.model}: ConfigError: {e}") from None
+            if e.code == "ConfigError":  # not its subclass CapacityTooSmall: a larger arena is tried below
+                raise UsageError(f"{bounds.impl} does not serve {bounds.model}: ConfigError: {e}") from None
         except ArenaError:
             pass
     c = start(factory, bounds.model, capacity, bounds.page_size, level=bounds.level, deep=bounds.deep,

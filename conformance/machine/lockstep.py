@@ -41,7 +41,7 @@ from kvarena.conformance.machine.harness import (
     config_to_json,
     construct_pair,
 )
-from kvarena.spec.errors import ArenaError, CapacityTooSmallError, ConfigError
+from kvarena.spec.errors import ArenaError, CapacityTooSmallError
 from kvarena.spec.layout import Kind
 from kvarena.spec.models import ArenaConfig, preset
 from kvarena.spec.types import UserKind
@@ -609,11 +609,10 @@ def start(factory: Callable[[ArenaConfig], Any] | None, model: str, capacity: in
         if ref is not None and imp is None and fallback and model != fallback:
             try:
                 build(factory, config)
-            except ConfigError:  # a geometry the implementation does not serve (stricter, at safety): the fallback's
-                return start(factory, fallback, capacity, page_size, level, deep, max_context_len, step,
-                             fallback=None, **config_kwargs)
-            except ArenaError:
-                pass
+            except ArenaError as e:  # a geometry the implementation does not serve (stricter, at safety): the fallback
+                if e.code == "ConfigError":  # (not CapacityTooSmall, a subclass: a larger arena is tried below)
+                    return start(factory, fallback, capacity, page_size, level, deep, max_context_len, step,
+                                 fallback=None, **config_kwargs)
         if ref is not None and imp is not None:
             geo = Geometry.of(config)
             return Conductor(geo, LiveReference(config, arena=ref), Side(imp, geo), level=level, deep=deep,

@@ -172,3 +172,15 @@ def test_the_two_float_mutant_is_found_on_two_floats_only() -> None:
     assert two.violations and two.violations[0].depth <= 2
     one = explore(Bounds(model="toy-tri", depth=3, impl=m.name, deep=False), factory=isolated(m))
     assert not one.violations and one.states > 1000
+
+
+@pytest.mark.parametrize("name", ["make_buggy_twice", "make_buggy_unzeroed"])
+def test_a_block_pool_at_level_pool_and_its_planted_bugs(name: str) -> None:
+    """`--level pool`: the vLLM-style block pool explores clean; its planted bugs are found (the three others need
+    depth 3: bench/results/explore-*.md)."""
+    from kvarena.conformance.example import block_pool
+
+    honest = explore(Bounds(depth=2, impl="block_pool:make", level="pool"), factory=block_pool.make)
+    assert not honest.violations and honest.states > 100
+    r = explore(Bounds(depth=2, impl=name, level="pool"), factory=getattr(block_pool, name))
+    assert r.violations and r.violations[0].inv
