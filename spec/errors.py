@@ -101,6 +101,9 @@ class PlanError(ArenaError):
         self.rule = rule
         self.inv = inv
 
+    def __reduce__(self) -> tuple:
+        return type(self), (self.message, self.rule, self.inv)
+
 
 class AdmissionRejectedError(ArenaError):
     """No rung of the ladder fits the demand. ``shortfall`` is pages per class.
@@ -114,6 +117,9 @@ class AdmissionRejectedError(ArenaError):
         super().__init__(message)
         self.shortfall = dict(shortfall)
         self.shortfall_bytes = shortfall_bytes
+
+    def __reduce__(self) -> tuple:  # pickled with its fields (a state kvarena explore ships holds refusals)
+        return type(self), (self.message, self.shortfall, self.shortfall_bytes)
 
 
 ERROR_CODES: dict[str, type[ArenaError]] = {
