@@ -5,11 +5,12 @@ each bound kills, against the lockstep machine's random search given the same ti
     python bench/explore_kills.py --suite gpu         # gpu/'s lockstep mutants through --impl gpu/ (slower)
     python bench/explore_kills.py --smoke             # two mutants, small bounds, prints only
 
-A mutant is planted in a copy of the reference (tests/quality/mutants.py ``isolated``, the plan validator off, the
-reference's invariant predicates not run on it: what is left is the harness's own checks) or in gpu/
-(tests/quality/gpu_mutants.py ``applied``, the plain-torch path), and replayed in lockstep with the real reference
-at ``exact``. Explore runs breadth first up to ``--depth`` (``--max-states``): its kill depth is the depth of the
-first violation, so one run says what every smaller bound kills. The random search is the lockstep machine
+A mutant is planted in a copy of the reference (tests/quality/mutants.py ``isolated``, the plan validator off: the
+harness's checks must catch it, the reference's invariant predicates on an Arena-like implementation included, as
+``kvarena conform`` runs them by default) or in gpu/ (tests/quality/gpu_mutants.py ``applied``, the plain-torch
+path), and replayed in lockstep with the real reference at ``exact``. Explore runs breadth first up to ``--depth``
+(``--max-states``): its kill depth is the depth of the first violation, so one run says what every smaller bound
+kills. The random search is the lockstep machine
 (conformance/machine/lockstep.py, Hypothesis, random seeds, 50 steps an example) on the same factory, run in
 rounds of 10 examples until it fails or has used as much time as explore did (at least ``--min-random`` seconds).
 """
@@ -89,11 +90,10 @@ def kill_table(suite: list, depth: int, max_states: int, min_random: float, log:
     for group, m, model, plant in suite:
         with plant(m) as factory:
             t0 = time.perf_counter()
-            r = explore(Bounds(model=model, depth=depth, max_states=max_states, impl=m.name, deep=False),
-                        factory=factory)
+            r = explore(Bounds(model=model, depth=depth, max_states=max_states, impl=m.name), factory=factory)
             ex_s = time.perf_counter() - t0
             v = r.violations[0] if r.violations else None
-            killed, rs, examples, why = random_search(factory, max(ex_s, min_random), deep=False)
+            killed, rs, examples, why = random_search(factory, max(ex_s, min_random), deep=True)
         rows.append({"group": group, "name": m.name, "model": model, "kill_depth": v.depth if v else None,
                      "inv": (v.inv or "divergence") if v else "", "states": r.states, "explore_s": ex_s,
                      "random_killed": killed, "random_s": rs, "random_examples": examples, "random_why": why})
@@ -140,7 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     text = [f"# kvarena explore: states, and the planted bugs each bound kills ({args.suite} mutants), {date}", "",
             f"- command: `{cmd}` (wall {time.perf_counter() - t0:.0f} s)", machine_line(load), python_line(),
             f"- explore: breadth first to depth {depth} (at most {args.max_states:,} states), lockstep with the real "
-            "reference at exact, the mutant's plan validator and invariant predicates off (the harness's own checks)",
+            "reference at exact, the mutant's plan validator off (the harness's checks catch it, conform's default "
+            "deep predicates on an Arena-like implementation included)",
             f"- random: the lockstep machine, random seeds, 10 examples a round of 50 steps, until killed or the time "
             f"explore took (at least {args.min_random:.0f} s)", ""]
     if states:

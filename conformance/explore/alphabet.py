@@ -208,11 +208,26 @@ def batched(c: Conductor) -> Iterator[Step]:
         yield "free_batch", {"items": [{"owner": o} for o in reqs]}
 
 
+def _fill(c: Conductor, pages: dict[str, list[int]] | None) -> None:
+    """Every page an admission hands out gets its first and last row written (fresh tags), in the same transition:
+    every live page then carries content, so a move, free or hand-out that loses or leaks rows shows within the
+    fewest steps, and a written page is no other state than an unwritten one would be (tags are renamed away)."""
+    for cls, hs in (pages or {}).items():
+        last = (c.geo.entries[cls] - 1, c.geo.rows[cls] - 1)
+        for h in hs:
+            for entry, row in dict.fromkeys([(0, 0), last]):
+                c.serial += 1
+                c.run("write", page=h, entry=entry, row=row, tag=c.serial)
+
+
 def run_step(c: Conductor, op: str, args: dict[str, Any]) -> tuple[bool, str | None]:
     """One step of the alphabet on the conductor: (took effect, the refusal's code). A batched step is one
-    batched call on the implementation and the same calls in order on the reference (machine/batched.py)."""
+    batched call on the implementation and the same calls in order on the reference (machine/batched.py). An
+    admission's new pages are written at once (:func:`_fill`)."""
     if op not in BATCHED:
         exp = c.run(op, **args)
+        if exp.ok and op in ("admit", "extend"):  # a copy_state page carries its source's rows
+            _fill(c, exp.pages)
         return exp.ok, exp.code
     from kvarena.conformance.machine.batched import batch
 
@@ -225,6 +240,9 @@ def run_step(c: Conductor, op: str, args: dict[str, Any]) -> tuple[bool, str | N
     else:
         call = lambda a, _r: a.free_batch(owners)  # noqa: E731
     exps = batch(c, base, items, call)
+    for e in exps:
+        if e.ok and base in ("admit", "extend"):
+            _fill(c, e.pages)
     ok = [e for e in exps if e.ok]
     return bool(ok), None if ok else exps[0].code
 
