@@ -5,9 +5,10 @@ each bound kills, against the lockstep machine's random search given the same ti
     python bench/explore_kills.py --suite gpu         # gpu/'s lockstep mutants through --impl gpu/ (slower)
     python bench/explore_kills.py --smoke             # two mutants, small bounds, prints only
 
-A mutant is planted in a copy of the reference (tests/quality/mutants.py ``isolated``, the plan validator off: the
-harness's checks must catch it, the reference's invariant predicates on an Arena-like implementation included, as
-``kvarena conform`` runs them by default) or in gpu/ (tests/quality/gpu_mutants.py ``applied``, the plain-torch
+A mutant is planted in a copy of the reference (tests/quality/mutants.py ``isolated``, with its plan validator, as
+the reference ships; the harness's checks include the reference's invariant predicates on an Arena-like
+implementation, as ``kvarena conform`` runs them by default: with the validator off those predicates' refusal probe
+fails on every copy, so that is not measured here) or in gpu/ (tests/quality/gpu_mutants.py ``applied``, the plain-torch
 path), and replayed in lockstep with the real reference at ``exact``. Explore runs breadth first up to ``--depth``
 (``--max-states``): its kill depth is the depth of the first violation, so one run says what every smaller bound
 kills. The random search is the lockstep machine
@@ -58,7 +59,7 @@ def random_search(factory: Callable, seconds: float, deep: bool) -> tuple[bool, 
 def reference_mutant(m: Any) -> Iterator[Callable]:
     from tests.quality.mutants import isolated
 
-    yield isolated(m, validator=False)
+    yield isolated(m, validator=True)
 
 
 def reference_suite() -> list[tuple[str, Any, str, Callable]]:
@@ -140,8 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     text = [f"# kvarena explore: states, and the planted bugs each bound kills ({args.suite} mutants), {date}", "",
             f"- command: `{cmd}` (wall {time.perf_counter() - t0:.0f} s)", machine_line(load), python_line(),
             f"- explore: breadth first to depth {depth} (at most {args.max_states:,} states), lockstep with the real "
-            "reference at exact, the mutant's plan validator off (the harness's checks catch it, conform's default "
-            "deep predicates on an Arena-like implementation included)",
+            "reference at exact, the mutant's plan validator on (as the reference ships), conform's default deep "
+            "predicates on the Arena-like implementation",
             f"- random: the lockstep machine, random seeds, 10 examples a round of 50 steps, until killed or the time "
             f"explore took (at least {args.min_random:.0f} s)", ""]
     if states:

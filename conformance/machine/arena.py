@@ -367,6 +367,8 @@ class ArenaMachine(RuleBasedStateMachine):
         except err as e:
             assert e.message, "errors must say what to do"
             self._rejected_unchanged(before, e)
+        except ArenaError as e:  # another refusal: the argument check it skipped is the bug (ERROR-CONTRACT)
+            raise AssertionError(f"expected {err.__name__}, the operation raised {type(e).__name__}: {e}") from e
         else:
             raise AssertionError(f"expected {err.__name__}, the operation succeeded")
 
