@@ -104,7 +104,8 @@ def kill_table(suite: list, depth: int, max_states: int, min_random: float, log:
 
 
 def state_table(depth_cap: int, log: Callable[[str], None]) -> list[str]:
-    lines = ["| model | arena B | depth | states (cumulative) | transitions (cumulative) | level s |",
+    lines = ["| model | arena B | level | states found so far (within level + 1 steps; the last level only checks) | "
+             "transitions so far | level s |",
              "|---|---:|---:|---:|---:|---:|"]
     for model, depth in CONFIGS:
         r = explore(Bounds(model=model, depth=min(depth, depth_cap)))
@@ -137,12 +138,13 @@ def main(argv: list[str] | None = None) -> int:
     states = [] if args.no_states or args.smoke or args.suite == "gpu" else state_table(4, log)
     rows = kill_table(suite, depth, args.max_states, args.min_random, log)
     date = datetime.date.today().isoformat()
-    cmd = "python bench/explore_kills.py" + (f" --suite {args.suite}" if args.suite != "reference" else "")
+    cmd = "python bench/explore_kills.py " + " ".join(argv if argv is not None else sys.argv[1:])
     text = [f"# kvarena explore: states, and the planted bugs each bound kills ({args.suite} mutants), {date}", "",
             f"- command: `{cmd}` (wall {time.perf_counter() - t0:.0f} s)", machine_line(load), python_line(),
             f"- explore: breadth first to depth {depth} (at most {args.max_states:,} states), lockstep with the real "
-            "reference at exact, the mutant's plan validator on (as the reference ships), conform's default deep "
-            "predicates on the Arena-like implementation",
+            "reference at exact, " + ("the mutant's plan validator on (as the reference ships), conform's default deep "
+                                      "predicates on the Arena-like implementation" if args.suite == "reference" else
+                                      "the mutant planted in gpu/ (its plain-torch path)"),
             f"- random: the lockstep machine, random seeds, 10 examples a round of 50 steps, until killed or the time "
             f"explore took (at least {args.min_random:.0f} s)", ""]
     if states:

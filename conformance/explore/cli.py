@@ -27,7 +27,7 @@ and, with --vector-out FILE, written as a conformance vector (replay it: kvarena
 
 EPILOG = """\
 examples:
-  kvarena explore                                    # toy-tri to depth 4: ~40,000 states, ~1.5 min on one core
+  kvarena explore                                    # toy-tri to depth 4: ~38,000 states, ~2 min on one core
   kvarena explore --model toy-two-float --depth 3    # two float bands between the ends
   kvarena explore --impl kvarena.conformance.example.adapter:make_buggy --depth 3   # exit 1: INV-NO-OVERLAP
   kvarena explore --json --depth 3 | jq .states
