@@ -424,9 +424,9 @@ VECTORS: tuple[VectorSpec, ...] = (
                2816, 4, mixed(200), seed=3),
     VectorSpec("mixed-toy-state", "random walk on state | full", "toy-state", 2624, 2, mixed(200), seed=4),
     VectorSpec("mixed-toy-two-float", "random walk on state | long window | short window | full: two float bands",
-               "toy-two-float", 5632, 2, mixed(230), seed=21),
+               "toy-two-float", 5632, 2, mixed(90), seed=21),
     VectorSpec("mixed-toy-win-float", "random walk on long window | short window | full: a window-only float chain",
-               "toy-win-float", 3104, 4, mixed(230), seed=23),
+               "toy-win-float", 3104, 4, mixed(90), seed=23),
     VectorSpec("mixed-gpt-oss-20b", "random walk on the real GPT-OSS-20B geometry (24 rows per entry), page_size 1",
                "gpt-oss-20b", 1 << 20, 1, mixed(120), seed=5),
     VectorSpec("ledger-toy-tri", "random walk weighted to ledger users, moves under forward passes, compaction "
