@@ -103,7 +103,7 @@ def test_the_planted_boundary_bug_is_caught_through_impl_and_its_trace_is_a_vect
     path = tmp_path / "found.jsonl"
     path.write_text(r.vector(0))
     vec = load(path)
-    assert len(vec.steps) == depth
+    assert sum(s.op != "write" for s in vec.steps) == depth  # an admission's pages are written in its transition
     assert [s.args["owner"] for s in vec.steps if "owner" in s.args][:1] == ["r1"]
     report = conform(make_buggy, level="safety", vectors=path, examples=0)
     assert report.exit_code == 1 and "INV-NO-OVERLAP" in report.format()

@@ -109,3 +109,16 @@ def test_both_floats_are_relaid() -> None:
     for seed in range(6):
         total += run(seed)
     assert total["relaid 2"] and total["relaid 1"], total
+
+
+def test_the_machines_run_the_chain_toys() -> None:
+    """The lockstep machine (gpu/ against the reference at exact) and the single-arena machine on CHAIN_TOYS."""
+    from hypothesis import settings as hsettings
+    from hypothesis.stateful import run_state_machine_as_test
+
+    from kvarena.conformance.machine.arena import machine_for
+    from kvarena.conformance.machine.lockstep import run_lockstep
+
+    ci = hsettings(hsettings.get_profile("ci"), max_examples=15)
+    run_lockstep(make, "exact", ci, chains=True)
+    run_state_machine_as_test(machine_for(Arena, "ChainMachine", chains=True), settings=ci)
