@@ -133,8 +133,10 @@ PROTOCOL_CHANGES: dict[int, tuple[str, str, str]] = {
          "cases with typed errors, poll at every call that can change pages or the ledger, then set "
          "PROTOCOL_VERSION = 11"),
     12: ("2026-12-06", "chains with two float bands (toy-two-float: state | long window | short window | full) and a "
-                       "window as the low end beside a window float (toy-win-float) in the lockstep machine, the "
-                       "boundary scenarios and the vectors (mixed-toy-two-float, mixed-toy-win-float); kvarena "
+                       "window as the low end beside a window float (toy-win-float) in the boundary scenarios, the "
+                       "vectors (mixed-toy-two-float, mixed-toy-win-float) and the lockstep machine's chains variant "
+                       "(lockstep_for(..., chains=True)); an implementation may refuse, at safety, a model geometry "
+                       "it does not serve (ConfigError): those configurations are skipped; kvarena "
                        "explore replays an implementation along every transition of a small arena by copying it "
                        "(copy.deepcopy; pickle with --ray)",
          "keep every present band in chain order whatever sits beside a float (another float, a window end); for "
