@@ -19,7 +19,7 @@ def test_the_defaults_enumerate_ten_thousand_states_of_toy_tri_cleanly() -> None
 @pytest.mark.parametrize("model", ["toy-two-float", "toy-win-float", "toy-swa", "toy-state"])
 def test_the_other_toys_to_depth_three(model: str) -> None:
     r = explore(Bounds(model=model, depth=3))
-    assert not r.violations and r.states > 1000
+    assert not r.violations and r.states > 400  # two-class toys: ~500-600 states within 3 steps, the others more
 
 
 def test_gpu_at_exact_to_depth_three() -> None:
