@@ -357,7 +357,14 @@ def explore(bounds: Bounds, progress: Callable[[str], None] | None = None, facto
 
         raise UsageError(f"--ray ships states as pickles, and {bounds.impl}'s allocator holds torch tensors, whose "
                          "views do not survive pickling: run it without --ray (one process copies its states whole)")
-    first = freeze(copy.deepcopy(c), by_object)
+    try:
+        first = freeze(copy.deepcopy(c), by_object)
+    except Exception as e:  # the allocator cannot be copied: say what to change, no traceback
+        from kvarena.text import UsageError
+
+        raise UsageError(f"explore copies the allocator at every state, and copy.deepcopy of {bounds.impl}'s raised "
+                         f"{type(e).__name__}: {e}; make it copyable (a __deepcopy__, or drop references to modules "
+                         "and open handles from its state)") from None
     backend: Backend
     if sharded is not None:
         backend = sharded(bounds)

@@ -184,3 +184,17 @@ def test_a_block_pool_at_level_pool_and_its_planted_bugs(name: str) -> None:
     assert not honest.violations and honest.states > 100
     r = explore(Bounds(depth=2, impl=name, level="pool"), factory=getattr(block_pool, name))
     assert r.violations and r.violations[0].inv
+
+
+def test_an_uncopyable_allocator_is_refused_in_one_line() -> None:
+    import types
+
+    from kvarena.text import UsageError
+
+    def uncopyable(config):  # type: ignore[no-untyped-def]
+        alloc = make(config)
+        alloc.handle = types  # a module: neither pickle nor deepcopy copies it (SGLang's adapter holds one)
+        return alloc
+
+    with pytest.raises(UsageError, match=r"copies the allocator at every state.*cannot pickle 'module'"):
+        explore(Bounds(depth=1, impl="uncopyable", level="safety"), factory=uncopyable)
