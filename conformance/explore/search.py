@@ -126,27 +126,11 @@ def load_impl(spec: str | None) -> Callable | None:
 
 
 def smallest_capacity(bounds: Bounds) -> int:
-    """The smallest capacity (bytes) the reference builds for the bounds' model, page size and context."""
-    from kvarena.reference.arena import Arena
-    from kvarena.spec.errors import CapacityTooSmallError
-    from kvarena.spec.models import ArenaConfig, preset
+    """The smallest capacity (bytes) the reference builds for the bounds' model, page size and context (the
+    boundary scenarios' floor search, at the bounds' context)."""
+    from kvarena.conformance.machine.boundary import feasibility_floor
 
-    spec = preset(bounds.model)
-
-    def builds(cap: int) -> bool:
-        try:
-            Arena(ArenaConfig(spec, cap, page_size=bounds.page_size, max_context_len=bounds.max_context_len))
-        except CapacityTooSmallError:
-            return False
-        return True
-
-    lo, hi = 1, 1 << 16
-    while not builds(hi):
-        hi *= 2
-    while lo < hi:
-        mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if builds(mid) else (mid + 1, hi)
-    return lo
+    return feasibility_floor(bounds.model, bounds.page_size, context=bounds.max_context_len)
 
 
 def root(bounds: Bounds, factory: Callable | None = None) -> Conductor:

@@ -66,23 +66,25 @@ FLOAT_RATIOS = ((0.5, 0.7),)  # (swa_full_tokens_ratio, mamba_full_memory_ratio)
 PROBES = (1, 2, 3)  # pages asked for past a refusal
 
 
-def _config(model: str, capacity: int, page_size: int, ratios: tuple[float, float] | None = None) -> ArenaConfig:
+def _config(model: str, capacity: int, page_size: int, ratios: tuple[float, float] | None = None,
+            context: int = CONTEXT) -> ArenaConfig:
     kw = {} if ratios is None else {"swa_full_tokens_ratio": ratios[0], "mamba_full_memory_ratio": ratios[1]}
-    return ArenaConfig(preset(model), capacity, page_size=page_size, max_context_len=CONTEXT, **kw)
+    return ArenaConfig(preset(model), capacity, page_size=page_size, max_context_len=context, **kw)
 
 
 @cache
-def feasibility_floor(model: str, page_size: int, ratios: tuple[float, float] | None = None) -> int:
+def feasibility_floor(model: str, page_size: int, ratios: tuple[float, float] | None = None,
+                      context: int = CONTEXT) -> int:
     """The smallest capacity the reference builds: from the worst case's byte sum up, one byte at a time (one float:
     at most a few pages above it, a few hundred constructions of a toy, about 0.1 ms each; two floats: up to twice
     it, since each empty float starts at its hint and rung 1 places around both)."""
-    probe = _config(model, 1 << 20, page_size, ratios)
+    probe = _config(model, 1 << 20, page_size, ratios, context)
     worst = worst_case_demand(probe)
     need = sum(n * probe.page_bytes(c) for c, n in worst.items())
     step_limit = 2 * need + 8 * max(probe.page_bytes(c.name) for c in probe.model.classes)
     for cap in range(need, step_limit):
         try:
-            Arena(_config(model, cap, page_size, ratios))
+            Arena(_config(model, cap, page_size, ratios, context))
         except ArenaError:
             continue
         return cap
