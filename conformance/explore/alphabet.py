@@ -39,10 +39,6 @@ Step = tuple[str, dict[str, Any]]
 QUERIES = ("read", "translate")  # steps that change nothing even when they succeed
 
 
-def _fresh(c: Conductor, prefix: str) -> str:
-    return c.fresh(prefix)
-
-
 def _middle(c: Conductor, cls: str) -> int:
     """The byte at the middle slot of the class's band (its anchor when the band is empty)."""
     band = c.oracle.arena.bands[cls]
@@ -59,13 +55,13 @@ def steps(c: Conductor, pages: int = 1) -> Iterator[Step]:
     # prefix-shared admission of each shareable page
     ranges = [range(room(c, k, pages) + 1) for k in order]
     for counts in itertools.product(*ranges):
-        yield "admit", {"owner": _fresh(c, "r"), "demand": dict(zip(order, counts)), "shared": []}
+        yield "admit", {"owner": c.fresh("r"), "demand": dict(zip(order, counts)), "shared": []}
     for h in token_pages:
-        yield "admit", {"owner": _fresh(c, "r"), "demand": {order[-1]: 1}, "shared": [h]}
+        yield "admit", {"owner": c.fresh("r"), "demand": {order[-1]: 1}, "shared": [h]}
     below = offers_below(c)  # the optional placement limit: one page of each end below the end band's middle slot
     ends = [k for k in dict.fromkeys((order[0], order[-1])) if room(c, k, 1)]
     for k in ends if below else ():
-        yield "admit", {"owner": _fresh(c, "r"), "demand": {k: 1}, "shared": [], "below": {k: _middle(c, k)}}
+        yield "admit", {"owner": c.fresh("r"), "demand": {k: 1}, "shared": [], "below": {k: _middle(c, k)}}
     for o in reqs:
         for k in order:
             if room(c, k, 1, o):
@@ -87,7 +83,7 @@ def steps(c: Conductor, pages: int = 1) -> Iterator[Step]:
         yield "free", {"owner": o}
     for h in states(c) if _recurrent_contract(c) else ():
         cls = c.oracle.cls_of(h)
-        yield "copy_state", {"owner": _fresh(c, "node"), "page": h}
+        yield "copy_state", {"owner": c.fresh("node"), "page": h}
         for o in reqs:
             if room(c, cls, 1, o):
                 yield "copy_state", {"owner": o, "page": h}
@@ -95,7 +91,7 @@ def steps(c: Conductor, pages: int = 1) -> Iterator[Step]:
         mine = held_flat(c, o)
         if mine:
             for kind in KINDS:
-                yield "acquire", {"user": _fresh(c, "u"), "kind": kind, "pages": mine}
+                yield "acquire", {"user": c.fresh("u"), "kind": kind, "pages": mine}
     for u in list(c.users):
         yield "release", {"user": u}
     yield "compact", {"max_moves": None}
@@ -122,11 +118,11 @@ def refusals(c: Conductor) -> Iterator[Step]:
     pages = live(c)
     token_pages = shareable(c)
     bad = BAD_IDS[0]
-    yield "admit", {"owner": _fresh(c, "r"), "demand": {low: -1}, "shared": []}
-    yield "admit", {"owner": _fresh(c, "r"), "demand": {"nope": 1}, "shared": []}
-    yield "admit", {"owner": _fresh(c, "r"), "demand": {high: geo.top[high] + 1}, "shared": []}
-    yield "admit", {"owner": _fresh(c, "r"), "demand": {low: geo.top[low], high: geo.top[high]}, "shared": []}
-    yield "admit", {"owner": _fresh(c, "r"), "demand": {high: 1}, "shared": [bad]}
+    yield "admit", {"owner": c.fresh("r"), "demand": {low: -1}, "shared": []}
+    yield "admit", {"owner": c.fresh("r"), "demand": {"nope": 1}, "shared": []}
+    yield "admit", {"owner": c.fresh("r"), "demand": {high: geo.top[high] + 1}, "shared": []}
+    yield "admit", {"owner": c.fresh("r"), "demand": {low: geo.top[low], high: geo.top[high]}, "shared": []}
+    yield "admit", {"owner": c.fresh("r"), "demand": {high: 1}, "shared": [bad]}
     if owners:
         yield "admit", {"owner": owners[0], "demand": {high: 1}, "shared": []}
     for op, args in (("extend", {"demand": {high: 1}}), ("drop", {"pages": []}), ("slide", {"cls": low, "n": 0}),
@@ -143,14 +139,14 @@ def refusals(c: Conductor) -> Iterator[Step]:
         yield "slide", {"owner": o, "cls": "nope", "n": 0}
         yield "extend", {"owner": o, "demand": {low: -1}}
     if offers_below(c):  # a malformed placement limit: a bool is not a byte offset, a float class has none
-        yield "admit", {"owner": _fresh(c, "r"), "demand": {high: 1}, "shared": [], "below": {high: True}}
-        yield "admit", {"owner": _fresh(c, "r"), "demand": {high: 1}, "shared": [], "below": {high: geo.capacity + 1}}
+        yield "admit", {"owner": c.fresh("r"), "demand": {high: 1}, "shared": [], "below": {high: True}}
+        yield "admit", {"owner": c.fresh("r"), "demand": {high: 1}, "shared": [], "below": {high: geo.capacity + 1}}
         for k in geo.floats()[:1]:
-            yield "admit", {"owner": _fresh(c, "r"), "demand": {high: 1}, "shared": [], "below": {k: 0}}
+            yield "admit", {"owner": c.fresh("r"), "demand": {high: 1}, "shared": [], "below": {k: 0}}
     yield "share", {"owner": CACHE, "pages": [bad]}
     if token_pages:
         h = token_pages[0]
-        yield "share", {"owner": _fresh(c, "s"), "pages": [h, h]}
+        yield "share", {"owner": c.fresh("s"), "pages": [h, h]}
     if CACHE in owners and held_flat(c, CACHE):
         yield "share", {"owner": CACHE, "pages": [held_flat(c, CACHE)[0]]}
     recurrent = _recurrent_contract(c)  # copy_state and the rules that came with it are optional (protocol)
@@ -158,20 +154,20 @@ def refusals(c: Conductor) -> Iterator[Step]:
         cls = c.oracle.cls_of(h)
         cap = c.oracle.arena.config.recurrent_slots
         yield "share", {"owner": CACHE, "pages": [h]}
-        yield "admit", {"owner": _fresh(c, "r"), "demand": {}, "shared": [h]}
-        yield "admit", {"owner": _fresh(c, "r"), "demand": {cls: cap + 1}, "shared": []}
+        yield "admit", {"owner": c.fresh("r"), "demand": {}, "shared": [h]}
+        yield "admit", {"owner": c.fresh("r"), "demand": {cls: cap + 1}, "shared": []}
         for o in [o for o in reqs if not room(c, cls, 1, o)][:1]:
             yield "extend", {"owner": o, "demand": {cls: 1}}
             yield "copy_state", {"owner": o, "page": h}
         if token_pages:
-            yield "copy_state", {"owner": _fresh(c, "node"), "page": token_pages[0]}
+            yield "copy_state", {"owner": c.fresh("node"), "page": token_pages[0]}
     if recurrent:
-        yield "acquire", {"user": _fresh(c, "u"), "kind": KINDS[0], "pages": []}
-    yield "acquire", {"user": _fresh(c, "u"), "kind": "bogus", "pages": pages[:1]}
-    yield "acquire", {"user": _fresh(c, "u"), "kind": KINDS[0], "pages": [bad]}
+        yield "acquire", {"user": c.fresh("u"), "kind": KINDS[0], "pages": []}
+    yield "acquire", {"user": c.fresh("u"), "kind": "bogus", "pages": pages[:1]}
+    yield "acquire", {"user": c.fresh("u"), "kind": KINDS[0], "pages": [bad]}
     if pages:
         h = pages[0]
-        yield "acquire", {"user": _fresh(c, "u"), "kind": KINDS[0], "pages": [h, h]}
+        yield "acquire", {"user": c.fresh("u"), "kind": KINDS[0], "pages": [h, h]}
         cls = c.oracle.cls_of(h)
         yield "write", {"page": h, "entry": 0, "row": geo.rows[cls], "tag": 1}
         yield "write", {"page": h, "entry": -1, "row": 0, "tag": 1}
@@ -200,8 +196,8 @@ def batched(c: Conductor) -> Iterator[Step]:
 
     order, reqs = c.order, requests(c)
     if _has(c, "admit_batch"):
-        yield "admit_batch", {"items": [{"owner": _fresh(c, "r"), "demand": {k: 1 for k in order}, "shared": []},
-                                        {"owner": _fresh(c, "r"), "demand": {}, "shared": []}]}
+        yield "admit_batch", {"items": [{"owner": c.fresh("r"), "demand": {k: 1 for k in order}, "shared": []},
+                                        {"owner": c.fresh("r"), "demand": {}, "shared": []}]}
     if reqs and _has(c, "extend_batch"):
         yield "extend_batch", {"items": [{"owner": o, "demand": {order[-1]: 1}} for o in [*reqs, "ghost"]]}
     if reqs and _has(c, "free_batch"):

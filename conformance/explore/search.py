@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 import io
 import pickle
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -89,12 +90,14 @@ Node = bytes | Conductor  # a state of the frontier: pickled, or (tensors inside
 def holds_tensors(obj: object) -> bool:
     """Whether pickling ``obj`` meets a torch tensor: plain pickle writes each tensor's storage on its own, so views
     of one tensor (gpu/'s page tables, its byte arena seen as words) would come back as separate copies."""
+    torch = sys.modules.get("torch")  # an allocator holding tensors imported torch already
+    if torch is None:
+        return False
     found = []
 
     class Probe(pickle.Pickler):
         def persistent_id(self, x: object) -> None:
-            if type(x).__module__.startswith("torch") and type(x).__name__ in ("Tensor", "Parameter",
-                                                                              "UntypedStorage", "TypedStorage"):
+            if isinstance(x, (torch.Tensor, torch.UntypedStorage)):
                 found.append(x)
             return None
 
