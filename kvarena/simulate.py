@@ -19,6 +19,7 @@ from pathlib import Path
 from kvarena.simulator.budget import GiB, sglang_budget
 from kvarena.simulator.costmodel import CostModel
 from kvarena.simulator.engines import ENGINES, UNIFIED_POLICIES, smallest_capacity
+from kvarena.simulator.matrix import ALLOCATORS as MATRIX_ALLOCATORS
 from kvarena.simulator.report import SLO, Report, assumptions, comparison, format_table, report_json
 from kvarena.simulator.scheduler import SchedulerInvariantError, SchedulerModel
 from kvarena.simulator.simulation import configurations, real_engines, simulate
@@ -27,7 +28,7 @@ from kvarena.spec.errors import ArenaError, CapacityTooSmallError
 from kvarena.spec.models import preset
 from kvarena.text import MAX_REQUESTS, UsageError, _floor, check_arena_size, check_requests, check_run_flags, gib
 
-REAL_ENGINES = tuple(n for n, k in ENGINES.items() if k.real)
+REAL_ENGINES = tuple(n for n, k in ENGINES.items() if k.real and k.column)
 RULES = {f.name: f for f in dataclasses.fields(SchedulerModel)
          if f.name not in ("check_every", "stall_steps", "forward_requests", "max_running")}
 
@@ -103,7 +104,15 @@ Budget: a preset's own (calibrated on its published split figure where the publi
 known: one number fitted, the rest predicted), else SGLang's profile of an H200 at --mem-fraction;
 --capacity-gib sets it outright.
 
+The matrix (--matrix): every allocator (kvarena's arena, SGLang's unified and split, vLLM's manager,
+transformers' sector pool) under every rule set (SGLang's with mamba strategy extra_buffer or no_buffer,
+vLLM 0.33's own scheduler), the same bytes and requests in every cell: what the allocator buys, apart from
+what the rules cost. --decompose also splits the gap between the best cell and the arena under SGLang's
+rules, switching one group of rules to vLLM's value at a time (docs/arena-vs-vllm.md).
+
 examples:
+  kvarena simulate --matrix                          # every preset: allocators x rule sets
+  kvarena simulate --matrix --workload qwen3.5-4b-16k-4k --decompose --jobs 2
   kvarena simulate --list
   kvarena simulate --workload qwen3.5-4b-16k-4k
   kvarena simulate --workload all --plots            # PNGs in ./kvarena-plots
@@ -162,6 +171,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="real engines to run beside kvarena's configurations: 'all' (default: every installed "
                         f"one), 'none', or a comma list of {', '.join(REAL_ENGINES)}; a missing extra is skipped "
                         "with one line saying how to add it")
+    p.add_argument("--matrix", action="store_true",
+                   help="every allocator under every rule set (rows x columns; every preset unless --workload)")
+    p.add_argument("--decompose", action="store_true",
+                   help="with --matrix: split the gap between the best cell and the arena under SGLang's rules by "
+                        "rule group (one group at a time, and cumulatively); ~12 more runs of the arena per preset")
+    p.add_argument("--allocators", metavar="LIST",
+                   help=f"with --matrix: rows to run, a comma list of {', '.join(MATRIX_ALLOCATORS)} (default: every "
+                        "installed one)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=main)
 
@@ -180,6 +197,8 @@ def _rule_value(name: str, text: str) -> object:
     default = getattr(SchedulerModel(), name)
     low = text.strip().lower()
     try:
+        if default is None and "int" in str(f.type):  # max_num_seqs: an int or none
+            return None if low in ("none", "off") else int(text)
         if low in ("none", "off") and ("None" in str(f.type)):
             return None
         if isinstance(default, bool):
@@ -361,11 +380,90 @@ def print_report(rep: Report, out=None) -> None:
     print(file=out)
 
 
+def check_matrix_args(args: argparse.Namespace) -> None:
+    if not args.matrix:
+        for flag, v in (("--decompose", args.decompose), ("--allocators", args.allocators)):
+            if v:
+                raise UsageError(f"{flag} goes with --matrix: kvarena simulate --matrix {flag} ...")
+        return
+    for flag, v in (("--rule", args.rule), ("--ratio-sweep", args.ratio_sweep), ("--ray", args.ray),
+                    ("--policies", args.policies != "default"), ("--engines", args.engines != "all")):
+        if v:
+            raise UsageError(f"{flag} does not go with --matrix: the matrix's columns are the rule sets and its rows "
+                             "the allocators (pick rows with --allocators)")
+    bad = [a for a in allocators_wanted(args) or () if a not in MATRIX_ALLOCATORS
+           and a not in MATRIX_ALLOCATORS.values()]
+    if bad:
+        raise UsageError(f"--allocators: unknown {', '.join(bad)}; choose from {', '.join(MATRIX_ALLOCATORS)}")
+
+
+def allocators_wanted(args: argparse.Namespace) -> list[str] | None:
+    return [x.strip() for x in args.allocators.split(",") if x.strip()] if args.allocators else None
+
+
+def matrix_main(args: argparse.Namespace) -> int:
+    """--matrix: each workload's allocators x rule sets (and --decompose), as text or JSON, and a plot."""
+    from kvarena.simulator import matrix as mx
+
+    if not args.workload and not args.trace:
+        args.workload = ["all"]
+    loads = _workloads(args)
+    for w in loads:
+        check_size(w, args)
+    out, mats = [], []
+    for i, w in enumerate(loads):
+        capacity, budget = budget_of(w, args)
+        check_capacity(w, capacity, args)
+        t0 = time.perf_counter()
+        tag, metric = f"[{i + 1}/{len(loads)} {w.name}]", mx.metric_of(w)
+
+        def done(job, o, tag=tag, t0=t0, metric=metric) -> None:
+            if not args.quiet:
+                print(f"{tag} {job.allocator} / {job.rule_set}: {mx.fmt(mx.value(o, metric), metric)} "
+                      f"({o.wall_s:.1f} s; {time.perf_counter() - t0:.0f} s in)", file=sys.stderr, flush=True)
+
+        m = mx.matrix(w, capacity, budget, args.page_size, args.seed, args.scale, args.jobs,
+                      allocators_wanted(args), done=done)
+        d = None
+        if args.decompose and "kvarena arena" in m.allocators:
+            d = mx.decompose(w, capacity, args.page_size, args.seed, args.scale, args.jobs,
+                             start=m.cells[("kvarena arena", "sglang")], done=done)
+        wall = time.perf_counter() - t0
+        mats.append(m)
+        out.append({**mx.matrix_json(m, d), "wall_s": wall})
+        if not args.json:
+            print(f"== {w.name}: {w.describe()}")
+            print(f"   KV budget {_gib(capacity)} ({budget}); {len(m.cells)} cells in {wall:.0f} s")
+            print("\n".join(mx.format_matrix(m)))
+            if d is not None:
+                print("\n".join(mx.format_decomposition(m, d)))
+            print()
+    if args.plots:
+        from kvarena.simulator import plots
+
+        path = plots.plot_matrix(mats, Path(args.plots) / "matrix.png")
+        if not args.json:
+            print(f"wrote {path}")
+    if args.json:
+        print(json.dumps({"seed": args.seed, "scale": args.scale, "page_size": args.page_size, "matrix": out},
+                         indent=2))
+    return 0
+
+
 def main(args: argparse.Namespace) -> int:
     if args.list:
         list_presets()
         return 0
     check_args(args)
+    check_matrix_args(args)
+    if args.matrix:
+        try:
+            return matrix_main(args)
+        except SchedulerInvariantError as e:
+            print(f"kvarena simulate: {e}", file=sys.stderr)
+            return 1
+        except ArenaError as e:
+            raise UsageError(str(e)) from None
     model = scheduler_model(args.rule)
     try:
         loads = _workloads(args)

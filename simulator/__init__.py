@@ -3,8 +3,8 @@
 One concept per module, each importing only those above it in this list:
 
     arrivals.py     Arrival, and the arrival processes: trace, saturated, closed loop, Poisson; lengths
-    rules.py        SGLang 0.5.23's admission and retraction rules, one named function each, cited, and
-                    SchedulerModel (the rules as options, SGLang's values by default)
+    rules.py        SGLang 0.5.23's and vLLM 0.33.0's scheduler rules, one named function each, cited,
+                    SchedulerModel (the rules as options, SGLang's values by default) and the rule sets
     costmodel.py    StepWork and the H200 roofline that turns a step's work into modeled seconds
     pager.py        per-request page bookkeeping over an engine (tokens in, page demands out)
     ceiling.py      the placement limit: the full band's planned peak while a new window page lives
@@ -15,6 +15,7 @@ One concept per module, each importing only those above it in this list:
     vllm_model.py   the vLLM-style pool model (one page size, state padded to a page)
     sglang_real.py  SGLang 0.5.23's real split and unified allocators (byte buffer on torch's meta device)
     vllm_real.py    vLLM 0.33.0's real KVCacheManager, configured by vLLM's own planning
+    transformers_real.py  transformers 5.23.0's real sector pool (CachePool), through its conformance adapter
     engines.py      the engines under test behind one interface: kvarena's arena, split pools, vLLM model,
                     and the real engines (optional extras, skipped with one line when missing)
     budget.py       the KV budget of one H200 (replay's arithmetic, SGLang's profile)
@@ -26,6 +27,7 @@ One concept per module, each importing only those above it in this list:
     calibrate.py    fit a preset's budget on its published split figure
     plots.py        PNGs (matplotlib, imported inside its functions)
     consistency.py  whether one budget reproduces a published pair (both columns over a grid of budgets)
+    matrix.py       every allocator under every rule set (SGLang's, vLLM's), and the gap split by rule group
 
 Adding an engine touches ``engines.py`` (a builder and an ``EngineKind``; a real engine's adapter in a module
 of its own); adding a rule touches ``rules.py`` (the rule and its option) and the step of ``scheduler.py`` that

@@ -57,6 +57,7 @@ class EngineKind:
     missing: Callable[[], str | None] = lambda: None  # None: can run; else the one line saying how to add it
     real: bool = False  # another engine's own code (an optional extra), not kvarena's
     unified: bool = False  # one byte arena (SGLang sizes the running cap over every byte)
+    column: bool = True  # a column of `kvarena simulate --workload` (else only a row of --matrix)
 
 
 def _unified(cfg: ArenaConfig, policy: str) -> Engine:
@@ -102,6 +103,18 @@ def _vllm_missing() -> str | None:
 _VLLM_RULES: dict[str, object] = {"swa_eviction_interval": None, "state_slots": 1, "max_running": None,
                                   "swa_admission": False, "radix_state_slots": 0, "batch_is_full": False}
 
+def _transformers(cfg: ArenaConfig, _policy: str) -> Engine:
+    from kvarena.simulator.transformers_real import TransformersPool
+
+    return TransformersPool(cfg)
+
+
+def _transformers_missing() -> str | None:
+    from kvarena.simulator.transformers_real import missing
+
+    return missing()
+
+
 ENGINES: dict[str, EngineKind] = {
     "split": EngineKind("split", "kvarena-reference (split pools)", lambda cfg, _p: SplitPools(cfg)),
     "unified": EngineKind("unified", "kvarena-reference", _unified, unified=True),
@@ -112,6 +125,9 @@ ENGINES: dict[str, EngineKind] = {
     "vllm-real": EngineKind("vllm-real", "vllm-0.33.0", _vllm_real, _VLLM_RULES, missing=_vllm_missing, real=True),
     "sglang-unified": EngineKind("sglang-unified", "sglang-0.5.23", _sglang_unified, missing=_sglang_missing,
                                  real=True, unified=True),
+    # transformers' continuous-batching sector pool: a row of --matrix (make test installs transformers)
+    "transformers": EngineKind("transformers", "transformers-5.23.0 (sector pool)", _transformers,
+                               missing=_transformers_missing, real=True, column=False),
 }
 
 

@@ -120,6 +120,38 @@ def plot_frontiers(rep, path: Path) -> Path | None:
     return path
 
 
+def plot_matrix(mats, path: Path) -> Path:
+    """One panel per workload: each allocator's metric under each rule set (simulator/matrix.py), as a share of
+    the arena's under SGLang's rules, so rows with different units sit side by side."""
+    plt = _pyplot()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    n = len(mats)
+    cols = min(n, 4)
+    rows = -(-n // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.4 * rows + 0.8), squeeze=False)
+    for ax, m in zip(axes.flat, mats):
+        base = m.get("kvarena arena", "sglang") or 0.0
+        width = 0.8 / max(1, len(m.allocators))
+        for i, a in enumerate(m.allocators):
+            ys = [(m.get(a, s) or 0.0) / base if base else 0.0 for s in m.rule_sets]
+            ax.bar([j + i * width for j in range(len(m.rule_sets))], ys, width, label=a, color=_color(a, i))
+        ax.axhline(1.0, color="k", lw=0.8, ls="--")
+        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(m.rule_sets))])
+        ax.set_xticklabels(m.rule_sets, fontsize=7)
+        lower = " (lower is better)" if m.metric in ("retractions_per_1k", "ttft_p50") else ""
+        ax.set_title(f"{m.workload.name}\n{m.metric}{lower}, / arena@sglang", fontsize=8)
+        ax.grid(alpha=0.3, axis="y")
+    for ax in list(axes.flat)[n:]:
+        ax.axis("off")
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8)
+    fig.suptitle("allocators x rule sets, the same bytes and requests", fontsize=11)
+    fig.tight_layout(rect=(0, 0.06, 1, 0.96))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def write_all(rep, out_dir: Path) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     name = rep.workload.name

@@ -220,6 +220,82 @@ def page_size_on_hopper(model: str) -> int:
     return 1
 
 
+# ---- SGLang's mamba strategies (--mamba-radix-cache-strategy) ------------------------------------------
+
+MAMBA_STRATEGIES = ("extra_buffer", "no_buffer")
+
+
+def mamba_strategy(strategy: str = "extra_buffer") -> dict[str, object]:
+    """The :class:`SchedulerModel` fields of one mamba radix-cache strategy.
+
+    ``auto`` resolves to ``extra_buffer`` with the overlap scheduler on (srt/arg_groups/overrides.py
+    ``_mamba_radix_cache_resolution``), else to ``no_buffer`` (which also turns the overlap scheduler off).
+    extra_buffer: 1 + 2 ping-pong slots per running request (``mamba_tracking_slots``), the tree's locked
+    checkpoint, one more per later prefill chunk, running cap ``// (3 + 2)``. no_buffer: one slot per running
+    request (``get_mamba_tracking_slots`` returns 0), the tree's checkpoint a copy into a fresh slot
+    (srt/mem_cache/unified_cache/components/mamba.py ``prepare_for_caching_req``: ``_alloc_mamba_slot`` +
+    ``copy_from``), no per-chunk donations, running cap ``// 3`` (kv_cache_configurator.py
+    ``_calculate_mamba_ratio``: no additional ratio without extra_buffer)."""
+    if strategy not in MAMBA_STRATEGIES:
+        raise ValueError(f"mamba strategy {strategy!r}: choose one of {', '.join(MAMBA_STRATEGIES)}")
+    extra = strategy == "extra_buffer"
+    return {"state_slots": 1 + mamba_tracking_slots(extra), "radix_state_slots": mamba_radix_checkpoint_slots(),
+            "chunk_checkpoints": mamba_chunk_checkpoints(extra)}
+
+
+# ---- vLLM 0.33.0's scheduler (paths relative to the wheel's ``vllm/`` package) ---------------------------
+
+# engine/arg_utils.py ``EngineArgs.get_batch_defaults``: a GPU of >= 70 GiB that is not an A100 (H100, H200),
+# the OpenAI API server's usage context: 1,024 running requests, 8,192 tokens per step
+VLLM_MAX_NUM_SEQS = 1024
+VLLM_MAX_NUM_BATCHED_TOKENS = 8192
+VLLM_WATERMARK = 0.0  # config/scheduler.py SchedulerConfig.watermark: "0.0 (the default) disables the watermark"
+# ``_preempt_request``: ``self.waiting.prepend_request(request)``, ``num_computed_tokens = 0`` (recompute)
+VLLM_REQUEUE = "front"
+# ``schedule``: "Next, schedule the WAITING requests. ``if not preempted_reqs`` ...": none after a preemption
+VLLM_ADMIT_AFTER_PREEMPTION = False
+
+
+def vllm_step_budget(decoding: int, max_num_batched_tokens: int = VLLM_MAX_NUM_BATCHED_TOKENS) -> int:
+    """Prompt tokens a step may prefill after its decodes.
+
+    v1/core/sched/scheduler.py ``Scheduler.schedule``: "There's no decoding phase nor prefill phase"; the
+    RUNNING requests are scheduled first, each decode taking one token of ``token_budget``
+    (``max_num_scheduled_tokens``), then the WAITING ones ``while token_budget > 0``."""
+    return max(0, max_num_batched_tokens - decoding)
+
+
+def vllm_admission_tokens(prompt_tokens: int) -> int:
+    """Tokens a waiting request must find blocks for to be admitted: its whole input, nothing for its output.
+
+    config/scheduler.py ``scheduler_reserve_full_isl = True``: ``allocate_slots(..., full_sequence_must_fit=
+    True)`` (v1/core/kv_cache_manager.py) refuses unless ``get_num_blocks_to_allocate(num_tokens=
+    request.num_tokens)`` blocks are free, plus the watermark (0). No decode reserve: running requests'
+    remaining output is not counted."""
+    return prompt_tokens
+
+
+def vllm_preemption_victim(running: int) -> int:
+    """Index in the running list of the request vLLM preempts when an ``allocate_slots`` fails: the last.
+
+    ``schedule``: ``preempted_req = self.running[-1]`` ... ``self.running.pop()`` (FCFS, the default policy),
+    repeated until the allocation fits or the request preempted itself; admission appends to ``running``, so
+    the last is the newest admitted (a re-admitted request counts as new)."""
+    return running - 1
+
+
+def vllm_rules() -> dict[str, object]:
+    """vLLM 0.33.0's scheduler as :class:`SchedulerModel` fields (the wheel's defaults on an H200)."""
+    return {"prefill_chunk": VLLM_MAX_NUM_BATCHED_TOKENS, "mixed_chunk": True, "decode_in_budget": True,
+            "max_num_seqs": VLLM_MAX_NUM_SEQS, "new_token_ratio": (0.0, 0.0, 0.0), "ignore_eos_at_one": False,
+            "new_request_in_full": False, "batch_is_full": False, "retraction": "newest",
+            "requeue_retracted": VLLM_REQUEUE, "admit_after_retract": VLLM_ADMIT_AFTER_PREEMPTION,
+            # allocate_slots starts with remove_skipped_blocks: out-of-window blocks go every step
+            "swa_eviction_interval": None, "swa_admission": False,
+            # one state block per request (align mode's per-crossing block is the vLLM manager's own), no tree
+            "state_slots": 1, "radix_state_slots": 0, "chunk_checkpoints": False}
+
+
 # ---- the KV budget -------------------------------------------------------------------------------------
 
 
@@ -273,6 +349,9 @@ class SchedulerModel:
     # not SGLang's: what the scheduler tells kvarena's arena (ceiling.py), the full band's planned peak per window page
     placement_limit: bool = True
     max_running: int | None = None  # running-request cap (max_running_requests / mamba_max_running)
+    max_num_seqs: int | None = None  # a fixed running cap instead (vLLM's max_num_seqs); None: SGLang's
+    decode_in_budget: bool = False  # a step's decodes take tokens of its prefill budget (vLLM)
+    admit_after_retract: bool = True  # admit in a step that retracted (vLLM: no, `if not preempted_reqs`)
     prefix_cache: bool = True  # SGLang's radix cache (on unless --disable-radix-cache): prefix.py
     forward_requests: int = 4  # requests whose pages a forward pass holds in the ledger
     check_every: int = 200  # steps between full invariant checks (O(arena) each); 0: at the end only
@@ -291,3 +370,23 @@ SIMPLE = SchedulerModel(prefill_chunk=None, mixed_chunk=True, transient_window=F
                         retraction="newest", check_decode_mem=False, clip_new_tokens=None, state_slots=1,
                         swa_admission=False, evict_before_alloc=False, idle_flush_bytes=None,
                         requeue_retracted="front", radix_state_slots=0, batch_is_full=False, placement_limit=False)
+
+
+# The rule sets ``kvarena simulate --matrix`` runs every allocator under.
+RULE_SETS: dict[str, SchedulerModel] = {
+    "sglang": SchedulerModel(),  # SGLang 0.5.23, mamba strategy extra_buffer (what Qwen3.5 resolves to)
+    "sglang-no_buffer": SchedulerModel(**mamba_strategy("no_buffer")),  # type: ignore[arg-type]
+    "vllm": SchedulerModel(**vllm_rules()),  # type: ignore[arg-type]
+}
+
+# Where SGLang's rules and vLLM's differ, grouped as they move together: switching one group of the SGLang set to
+# vLLM's values at a time separates what each costs (simulator/matrix.py ``decompose``).
+RULE_GROUPS: dict[str, tuple[str, ...]] = {
+    "state slots": ("state_slots", "radix_state_slots", "chunk_checkpoints"),
+    "running cap": ("max_num_seqs",),
+    "decode reserve": ("new_token_ratio", "ignore_eos_at_one", "new_request_in_full"),
+    "window eviction": ("swa_eviction_interval", "swa_admission"),
+    "batch_is_full": ("batch_is_full",),
+    "mixed batches": ("mixed_chunk", "decode_in_budget"),
+    "preemption": ("retraction", "requeue_retracted", "admit_after_retract"),
+}

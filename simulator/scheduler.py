@@ -132,6 +132,7 @@ class Scheduler:
         self.just_prefilled: list[_Req] = []
         self.just_finished: list[_Req] = []
         self.retracted_this_step = False
+        self.decoded_now = 0  # requests this step decodes (a mixed step's prefill budget, decode_in_budget)
         self.admitting = False
         self.full = False  # SGLang's running_batch.batch_is_full: set by a refusal, cleared when the batch shrinks
         self.full_sticks = model.batch_is_full and not self.pg.windows  # hybrid SWA resets it every pass
@@ -428,6 +429,10 @@ class Scheduler:
 
     def _admit(self) -> None:
         budget = self.m.prefill_chunk
+        if budget is not None and self.m.decode_in_budget:  # vLLM: this step's decodes came out of the budget
+            budget = rules.vllm_step_budget(self.decoded_now, budget)
+            if not budget:
+                return
         if self.chunked:
             got = self.prefill_chunk(self.chunked[0], budget, False)
             if got is None or self.chunked:
@@ -567,8 +572,10 @@ class Scheduler:
         n_dec = ctx = 0
         if m.mixed_chunk:
             n_dec, ctx = self.decode()
+            self.decoded_now = n_dec
             self.enqueue()
-            self.admit()
+            if m.admit_after_retract or not self.retracted_this_step:
+                self.admit()
         else:
             self.admit()
             if not self.step_prefill[2] and self.decoding:

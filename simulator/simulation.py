@@ -50,7 +50,7 @@ def real_engines(wanted: tuple[str, ...] | None = None) -> tuple[list[str], list
     installed, and one line per missing one saying how to add it."""
     run, skipped = [], []
     for name, k in ENGINES.items():
-        if not k.real or (wanted is not None and name not in wanted):
+        if not k.real or not k.column or (wanted is not None and name not in wanted):
             continue
         why = k.missing()
         if why is None:
@@ -109,7 +109,8 @@ def running_cap(cfg: ArenaConfig, tracking_slots: int, unified: bool = False) ->
 
 def engine_model(base: SchedulerModel, c: Configuration, cfg: ArenaConfig) -> SchedulerModel:
     """The scheduler rules for one configuration: SGLang's, with the engine's own overrides."""
-    model = replace(base, max_running=running_cap(cfg, base.state_slots - 1, ENGINES[c.kind].unified))
+    cap = base.max_num_seqs or running_cap(cfg, base.state_slots - 1, ENGINES[c.kind].unified)
+    model = replace(base, max_running=cap)
     return replace(model, **ENGINES[c.kind].scheduler_overrides)
 
 

@@ -59,7 +59,8 @@ RULES = [
 # The simulator's real-engine columns drive other engines' code through engines/sglang and engines/vllm (optional
 # extras, imported only when such a column is built: simulator/engines.py imports these two inside functions)
 EXEMPT = {"simulator/sglang_real.py": ("kvarena.engines.sglang", "torch"),
-          "simulator/vllm_real.py": ("kvarena.engines.vllm",)}
+          "simulator/vllm_real.py": ("kvarena.engines.vllm",),
+          "simulator/transformers_real.py": ("kvarena.engines.transformers",)}
 HEAVY_AT_TOP = (*HEAVY, "matplotlib", "hypothesis", "z3", "sglang")
 
 
