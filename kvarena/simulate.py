@@ -12,6 +12,7 @@ import argparse
 import dataclasses
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -160,9 +161,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the forward-pass ledger picks and drawn lengths")
     p.add_argument("--slo-ttft", type=float, metavar="S", help="goodput: a request's TTFT must be <= S seconds")
     p.add_argument("--slo-tpot", type=float, metavar="MS", help="goodput: its time per output token <= MS ms")
-    p.add_argument("--jobs", type=int, default=1, metavar="N",
-                   help="run a workload's configurations in N local processes (default 1; progress is per "
-                        "workload then)")
+    p.add_argument("--jobs", type=int, metavar="N",
+                   help="run a workload's configurations in N local processes (default 1, --matrix: one per core; "
+                        "progress is per workload then)")
     p.add_argument("--ray", metavar="ADDRESS",
                    help="run each configuration as a Ray task on that cluster ('auto', 'ray://HOST:10001', or "
                         "'local' to start one here); needs the ray extra (tested with 2.60.0): "
@@ -241,11 +242,11 @@ def check_args(args: argparse.Namespace) -> None:
     for flag, v in (("--slo-ttft", args.slo_ttft), ("--slo-tpot", args.slo_tpot)):
         if v is not None and not (math.isfinite(v) and v > 0):
             raise UsageError(f"{flag} {v:g} must be > 0")
-    if args.jobs < 1:
+    if args.jobs is not None and args.jobs < 1:
         raise UsageError(f"--jobs {args.jobs} must be >= 1 (processes on this machine)")
     if args.requests is not None and args.requests < 1:
         raise UsageError(f"--requests {args.requests} must be >= 1")
-    if args.ray is not None and args.jobs > 1:
+    if args.ray is not None and (args.jobs or 1) > 1:
         raise UsageError("--ray and --jobs both spread the runs; pass one (Ray schedules on the cluster's cores)")
     if args.ray is not None:
         import importlib.util
@@ -422,11 +423,12 @@ def matrix_main(args: argparse.Namespace) -> int:
                 print(f"{tag} {job.allocator} / {job.rule_set}: {mx.fmt(mx.value(o, metric), metric)} "
                       f"({o.wall_s:.1f} s; {time.perf_counter() - t0:.0f} s in)", file=sys.stderr, flush=True)
 
-        m = mx.matrix(w, capacity, budget, args.page_size, args.seed, args.scale, args.jobs,
+        jobs = args.jobs or os.cpu_count() or 1
+        m = mx.matrix(w, capacity, budget, args.page_size, args.seed, args.scale, jobs,
                       allocators_wanted(args), done=done)
         d = None
         if args.decompose and "kvarena arena" in m.allocators:
-            d = mx.decompose(w, capacity, args.page_size, args.seed, args.scale, args.jobs,
+            d = mx.decompose(w, capacity, args.page_size, args.seed, args.scale, jobs,
                              start=m.cells[("kvarena arena", "sglang")], done=done)
         wall = time.perf_counter() - t0
         mats.append(m)
@@ -485,7 +487,7 @@ def main(args: argparse.Namespace) -> int:
             check_capacity(w, capacity, args)
             bar = None if args.quiet else ProgressBar(f"[{i + 1}/{len(loads)} {w.name}] ")
             rep = simulate(w, capacity, budget, args.page_size, args.seed, args.scale, args.ratio_sweep,
-                           bool(args.plots), args.check_every, bar, policies, model, args.jobs,
+                           bool(args.plots), args.check_every, bar, policies, model, args.jobs or 1,
                            SLO(args.slo_ttft, None if args.slo_tpot is None else args.slo_tpot / 1e3),
                            tuple(real), tuple(skipped), args.ray)
             reports.append(rep)

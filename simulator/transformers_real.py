@@ -46,12 +46,25 @@ from kvarena.spec.models import ArenaConfig
 MODULE = "transformers.generation.continuous_batching.cache_allocators.cache_pool"
 
 
-def missing() -> str | None:
-    """None when transformers' ``CachePool`` imports; else the one line saying how to add it."""
+def _import_pool() -> None:
+    """Import transformers' pool with the vLLM loader's ``sys.modules`` stand-ins (psutil, zmq when not installed:
+    engines/vllm/load.py) set aside: transformers asks ``importlib.util.find_spec("psutil")`` at import, which
+    raises on a stand-in without a spec, so a process that ran vLLM's column first could not build this one."""
     import importlib
+    import sys
 
+    aside = {n: sys.modules.pop(n) for n in ("psutil", "zmq")
+             if n in sys.modules and getattr(sys.modules[n], "__spec__", None) is None}
     try:
         importlib.import_module(MODULE)
+    finally:
+        sys.modules.update(aside)
+
+
+def missing() -> str | None:
+    """None when transformers' ``CachePool`` imports; else the one line saying how to add it."""
+    try:
+        _import_pool()
     except ImportError as e:
         return (f"{MODULE} does not import ({e}): pip install 'kvarena[transformers]' "
                 "(transformers==5.23.0, pinned in requirements-ci.txt)")
@@ -65,6 +78,7 @@ def _adapter_class() -> type:
     per page, and ``try_to_free_sectors`` scans every sector with a free block: half of a qwen3.5-4b free's time
     (1,280 -> 566 us a cycle). Only the order of the free-sector list may differ, and fresh sectors are
     interchangeable, so every decision is the same (two qwen3.5-4b runs: every metric equal)."""
+    _import_pool()
     from kvarena.engines.transformers.pool_adapter import TransformersPoolAdapter
 
     class Batched(TransformersPoolAdapter):
