@@ -246,8 +246,7 @@ class Decomposition:
     def as_json(self) -> dict:
         return {"metric": self.metric, "arena_sglang": self.start, "arena_vllm_rules": self.end,
                 "alone": self.alone, "cumulative": [{"group": g, "value": v} for g, v in self.path],
-                "bytes_moved": {k: o.bytes_moved_compaction + o.bytes_moved_relayout
-                                for k, o in self.outcomes.items()}}
+                "steps": {k: cell_json(o) for k, o in self.outcomes.items()}}
 
 
 def decompose(w: Workload, capacity: int, page_size: int = 64, seed: int = 0, scale: float = 1.0,
@@ -346,11 +345,17 @@ def format_decomposition(m: Matrix, d: Decomposition) -> list[str]:
         out.append(f"     rules (arena, SGLang's -> {SET_TEXT.get(bs, bs)}): {fmt(arena_same, d.metric)} "
                    f"({arena_same - d.start:+,.1f}); allocator ({ba} vs arena, same rules): "
                    f"{best - arena_same:+,.1f}")
+    def side(key: str) -> str:  # the other axis: retractions (or, judged on retractions, mean running)
+        o = d.outcomes.get(key)
+        if o is None:
+            return ""
+        return f", {o.mean_active:,.1f} run" if d.metric == "retractions_per_1k" else f", {o.retractions_per_1k:,.0f} r"
+
     out.append("     one group alone at vLLM's value: " + "; ".join(
-        f"{g} {fmt(v, d.metric)} ({v - d.start:+,.1f})" for g, v in d.alone.items()))
+        f"{g} {fmt(v, d.metric)} ({v - d.start:+,.1f}{side(g)})" for g, v in d.alone.items()))
     prev, steps = d.start, []
-    for g, v in d.path:
-        steps.append(f"+{g} {fmt(v, d.metric)} ({v - prev:+,.1f})")
+    for i, (g, v) in enumerate(d.path):
+        steps.append(f"+{g} {fmt(v, d.metric)} ({v - prev:+,.1f}{side(g if i == 0 else '+' + g)})")
         prev = v
     out.append("     cumulative: " + " -> ".join(steps) + " = the arena under vLLM's rules")
     return out
