@@ -74,6 +74,18 @@ def better(a: float, b: float, metric: str) -> bool:
     return a < b if metric in LOWER_IS_BETTER else a > b
 
 
+TIE = 0.005  # within 0.5 % (of the larger) two cells tie: the runs' own noise (a page, a step) is about that
+
+
+def verdict(a: float, b: float, metric: str) -> str:
+    """How ``a`` compares with ``b``: "ties" within TIE, else "beats" / "loses to", with the difference in %."""
+    big = max(abs(a), abs(b))
+    if big == 0 or abs(a - b) <= TIE * big:
+        return "ties"
+    pct = f"{100 * (a - b) / abs(b):+.1f} %" if b else "from 0"
+    return f"{'beats' if better(a, b, metric) else 'loses to'} ({pct})"
+
+
 def has_state(model: str) -> bool:
     return any(c.kind is Kind.RECURRENT for c in preset(model).classes)
 
@@ -290,7 +302,8 @@ SET_TEXT = {"sglang": "SGLang (extra_buffer)", "sglang-no_buffer": "SGLang (no_b
 def fmt(v: float | None, metric: str) -> str:
     if v is None:
         return "-"
-    return f"{v:,.0f}" if metric == "throughput" else f"{v:,.2f}" if metric == "ttft_p50" else f"{v:,.1f}"
+    return f"{v:,.0f}" if metric in ("throughput", "max_active") else f"{v:,.2f}" if metric in (
+        "ttft_p50", "mean_active") else f"{v:,.1f}"
 
 
 def gib_moved(o: Outcome) -> float:
@@ -328,10 +341,9 @@ def format_matrix(m: Matrix) -> list[str]:
             if pair is None:
                 continue
             x, y = pair
-            word = "beats" if better(x, y, m.metric) else "ties" if x == y else "loses to"
-            row.append(f"{word} {a} ({fmt(x, m.metric)} vs {fmt(y, m.metric)})")
+            row.append(f"{a}: {verdict(x, y, m.metric)} ({fmt(x, m.metric)} vs {fmt(y, m.metric)})")
         if row:
-            out.append(f"   under {SET_TEXT.get(s, s)} the arena " + "; ".join(row))
+            out.append(f"   under {SET_TEXT.get(s, s)}, the arena against " + "; ".join(row))
     return out
 
 
@@ -343,8 +355,8 @@ def format_decomposition(m: Matrix, d: Decomposition) -> list[str]:
            f"{fmt(d.start, d.metric)}"]
     if arena_same is not None and best is not None:
         out.append(f"     rules (arena, SGLang's -> {SET_TEXT.get(bs, bs)}): {fmt(arena_same, d.metric)} "
-                   f"({arena_same - d.start:+,.1f}); allocator ({ba} vs arena, same rules): "
-                   f"{best - arena_same:+,.1f}")
+                   f"({arena_same - d.start:+,.2f}); allocator ({ba} vs arena, same rules): "
+                   f"{best - arena_same:+,.2f}")
     def side(key: str) -> str:  # the other axis: retractions (or, judged on retractions, mean running)
         o = d.outcomes.get(key)
         if o is None:
@@ -352,10 +364,10 @@ def format_decomposition(m: Matrix, d: Decomposition) -> list[str]:
         return f", {o.mean_active:,.1f} run" if d.metric == "retractions_per_1k" else f", {o.retractions_per_1k:,.0f} r"
 
     out.append("     one group alone at vLLM's value: " + "; ".join(
-        f"{g} {fmt(v, d.metric)} ({v - d.start:+,.1f}{side(g)})" for g, v in d.alone.items()))
+        f"{g} {fmt(v, d.metric)} ({v - d.start:+,.2f}{side(g)})" for g, v in d.alone.items()))
     prev, steps = d.start, []
     for i, (g, v) in enumerate(d.path):
-        steps.append(f"+{g} {fmt(v, d.metric)} ({v - prev:+,.1f}{side(g if i == 0 else '+' + g)})")
+        steps.append(f"+{g} {fmt(v, d.metric)} ({v - prev:+,.2f}{side(g if i == 0 else '+' + g)})")
         prev = v
     out.append("     cumulative: " + " -> ".join(steps) + " = the arena under vLLM's rules")
     return out

@@ -71,6 +71,9 @@ def test_small_matrix(small: tuple[mx.Matrix, mx.Decomposition]) -> None:
     assert set(d.alone) == set(mx.groups_for("qwen3.5-4b"))
     text = "\n".join(mx.format_matrix(m) + mx.format_decomposition(m, d))
     assert "SGLang (no_buffer)" in text and "cumulative:" in text and "*" in text
+    assert mx.verdict(100.0, 100.4, "mean_active") == "ties"
+    assert mx.verdict(100.0, 110.0, "mean_active") == "loses to (-9.1 %)"
+    assert mx.verdict(5.0, 10.0, "retractions_per_1k") == "beats (-50.0 %)"
     j = mx.matrix_json(m, d)
     assert j["best"]["allocator"] == best[0] and len(j["cells"]) == len(m.cells)
     assert j["decomposition"]["arena_vllm_rules"] == d.end
