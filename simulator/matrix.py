@@ -37,6 +37,7 @@ from kvarena.spec.models import ArenaConfig, preset
 # row label -> engines.ENGINES key
 ALLOCATORS: dict[str, str] = {
     "kvarena arena": "unified",
+    "kvarena arena, vLLM's accounting": "unified",  # with what vLLM's manager imposes (INHERENT): the allocator alone
     "SGLang unified": "sglang-unified",
     "SGLang split": "sglang-split",
     "vLLM manager": "vllm-real",
@@ -47,11 +48,12 @@ ALLOCATORS: dict[str, str] = {
 # ``remove_skipped_blocks`` (window blocks go at the next allocation, not SGLang's interval later), and in mamba
 # "align" mode (prefix caching on, vLLM's default) it holds the request's state blocks itself (one, plus one per
 # block crossing until the next step), so it holds no scheduler-side tracking or tree checkpoint slots: it has
-# no owner that is state alone.
-INHERENT: dict[str, dict[str, object]] = {
-    "vllm-real": {"swa_eviction_interval": None, "state_slots": 1, "radix_state_slots": 0,
-                  "chunk_checkpoints": False},
-}
+# no owner that is state alone. Keyed by row label: the arena's second row takes vLLM's, so that under one rule set
+# it differs from vLLM's manager in the allocator only.
+_VLLM_ACCOUNTING: dict[str, object] = {"swa_eviction_interval": None, "state_slots": 1, "radix_state_slots": 0,
+                                       "chunk_checkpoints": False}
+INHERENT: dict[str, dict[str, object]] = {"vLLM manager": _VLLM_ACCOUNTING,
+                                          "kvarena arena, vLLM's accounting": _VLLM_ACCOUNTING}
 
 # How each preset is judged: its published metric (the ratio preset: throughput at swa 0.1), else mean running.
 LOWER_IS_BETTER = ("retractions_per_1k", "ttft_p50")
@@ -96,10 +98,11 @@ def rule_sets_for(model: str, names: Sequence[str] | None = None) -> list[str]:
     return out if has_state(model) else [n for n in out if n != "sglang-no_buffer"]
 
 
-def cell_model(kind: str, rule_set: SchedulerModel, cfg: ArenaConfig) -> SchedulerModel:
+def cell_model(allocator: str, rule_set: SchedulerModel, cfg: ArenaConfig) -> SchedulerModel:
     """A cell's rules: the set's, with its running cap for this budget, then what the allocator imposes."""
-    cap = rule_set.max_num_seqs or running_cap(cfg, rule_set.state_slots - 1, ENGINES[kind].unified)
-    return replace(rule_set, max_running=cap, **INHERENT.get(kind, {}))  # type: ignore[arg-type]
+    pooled = ALLOCATORS[allocator] not in ("split", "sglang-split")  # one pool: the token cap over every byte
+    cap = rule_set.max_num_seqs or running_cap(cfg, rule_set.state_slots - 1, pooled)
+    return replace(rule_set, max_running=cap, **INHERENT.get(allocator, {}))  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -137,7 +140,7 @@ def run_cell(job: CellJob) -> Outcome:
     ratio = w.swa_ratios[-1]  # the ratio preset is about its second ratio (0.1); the arena ignores it
     c = Configuration(job.allocator, kind, swa_ratio=ratio)
     probe = c.config(w.model, job.capacity, job.page_size, w.max_context())
-    m = cell_model(kind, m0, probe)
+    m = cell_model(job.allocator, m0, probe)
     alloc = c.build(w.model, job.capacity, job.page_size, w.max_context(), m.state_slots)
     r = run(alloc, w.source(job.scale, job.seed), f"{job.allocator} / {job.rule_set}", m, seed=job.seed,
             cost=CostModel(preset(w.model)))

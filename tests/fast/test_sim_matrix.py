@@ -30,14 +30,17 @@ def test_rule_sets_per_model() -> None:
 
 def test_cell_model_takes_the_rule_sets_cap_then_what_the_allocator_imposes() -> None:
     cfg = ArenaConfig(preset("qwen3.5-4b"), 8 * GiB, 64, max_context_len=20_480)
-    sg = mx.cell_model("unified", rules.RULE_SETS["sglang"], cfg)
-    vm = mx.cell_model("vllm-real", rules.RULE_SETS["sglang"], cfg)
+    sg = mx.cell_model("kvarena arena", rules.RULE_SETS["sglang"], cfg)
+    vm = mx.cell_model("vLLM manager", rules.RULE_SETS["sglang"], cfg)
+    assert mx.cell_model("kvarena arena, vLLM's accounting", rules.RULE_SETS["sglang"], cfg) == vm
+    vl = rules.RULE_SETS["vllm"]  # vLLM's own rules already account as its manager does: the two arena rows agree
+    assert mx.cell_model("kvarena arena, vLLM's accounting", vl, cfg) == mx.cell_model("kvarena arena", vl, cfg)
     assert sg.max_running == vm.max_running  # the cap is the rule set's (// 5 with extra_buffer), not INHERENT's
     assert (sg.state_slots, sg.radix_state_slots, vm.state_slots, vm.radix_state_slots) == (3, 1, 1, 0)
     assert vm.swa_eviction_interval is None and sg.swa_eviction_interval == rules.SWA_EVICTION_INTERVAL
-    nb = mx.cell_model("unified", rules.RULE_SETS["sglang-no_buffer"], cfg)
+    nb = mx.cell_model("kvarena arena", rules.RULE_SETS["sglang-no_buffer"], cfg)
     assert nb.max_running > sg.max_running  # no_buffer: // 3
-    assert mx.cell_model("unified", rules.RULE_SETS["vllm"], cfg).max_running == rules.VLLM_MAX_NUM_SEQS
+    assert mx.cell_model("kvarena arena", rules.RULE_SETS["vllm"], cfg).max_running == rules.VLLM_MAX_NUM_SEQS
 
 
 def test_switching_every_group_is_the_vllm_rule_set() -> None:
