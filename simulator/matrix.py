@@ -34,10 +34,11 @@ from kvarena.simulator.workloads import Workload
 from kvarena.spec.layout import Kind
 from kvarena.spec.models import ArenaConfig, preset
 
+ACCOUNTING = "kvarena arena, vLLM's accounting"  # the arena with what vLLM's manager imposes: the allocator alone
 # row label -> engines.ENGINES key
 ALLOCATORS: dict[str, str] = {
     "kvarena arena": "unified",
-    "kvarena arena, vLLM's accounting": "unified",  # with what vLLM's manager imposes (INHERENT): the allocator alone
+    ACCOUNTING: "unified",
     "SGLang unified": "sglang-unified",
     "SGLang split": "sglang-split",
     "vLLM manager": "vllm-real",
@@ -52,8 +53,7 @@ ALLOCATORS: dict[str, str] = {
 # it differs from vLLM's manager in the allocator only.
 _VLLM_ACCOUNTING: dict[str, object] = {"swa_eviction_interval": None, "state_slots": 1, "radix_state_slots": 0,
                                        "chunk_checkpoints": False}
-INHERENT: dict[str, dict[str, object]] = {"vLLM manager": _VLLM_ACCOUNTING,
-                                          "kvarena arena, vLLM's accounting": _VLLM_ACCOUNTING}
+INHERENT: dict[str, dict[str, object]] = {"vLLM manager": _VLLM_ACCOUNTING, ACCOUNTING: _VLLM_ACCOUNTING}
 
 # How each preset is judged: its published metric (the ratio preset: throughput at swa 0.1), else mean running.
 LOWER_IS_BETTER = ("retractions_per_1k", "ttft_p50")
@@ -347,6 +347,10 @@ def format_matrix(m: Matrix) -> list[str]:
             row.append(f"{a}: {verdict(x, y, m.metric)} ({fmt(x, m.metric)} vs {fmt(y, m.metric)})")
         if row:
             out.append(f"   under {SET_TEXT.get(s, s)}, the arena against " + "; ".join(row))
+        x, y = m.get(ACCOUNTING, s), m.get("vLLM manager", s)
+        if x is not None and y is not None:
+            out.append(f"     the allocator alone (the arena with vLLM's accounting against vLLM's manager): "
+                       f"{verdict(x, y, m.metric)} ({fmt(x, m.metric)} vs {fmt(y, m.metric)})")
     return out
 
 
