@@ -21,7 +21,7 @@ and the allocator's part of the gap are each a measured number.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field, replace
 
 from kvarena.simulator import rules
@@ -165,8 +165,6 @@ def run_jobs(jobs: list[CellJob], workers: int, done: Callable[[CellJob, Outcome
     results: dict[int, Outcome] = {}
     with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), initializer=_one_torch_thread) as pool:
         futures = {pool.submit(run_cell, jobs[i]): i for i in order}
-        from concurrent.futures import as_completed
-
         for f in as_completed(futures):
             i = futures[f]
             results[i] = f.result()
@@ -193,11 +191,11 @@ class Matrix:
 
     def best(self) -> tuple[str, str]:
         """The cell with the best metric (ties: the arena, then the first in row and column order)."""
-        keys = [("kvarena arena", "sglang")] + [k for k in self.cells if k != ("kvarena arena", "sglang")]
+        first = ("kvarena arena", "sglang")
+        keys = ([first] if first in self.cells else []) + [k for k in self.cells if k != first]
         best = keys[0]
         for k in keys[1:]:
-            if k in self.cells and better(value(self.cells[k], self.metric), value(self.cells[best], self.metric),
-                                          self.metric):
+            if better(value(self.cells[k], self.metric), value(self.cells[best], self.metric), self.metric):
                 best = k
         return best
 
