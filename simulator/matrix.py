@@ -134,13 +134,21 @@ def base_model(w: Workload, m: SchedulerModel) -> SchedulerModel:
     return m
 
 
+def _configuration(job: CellJob) -> Configuration:
+    # the ratio preset is about its second ratio (0.1); only the split pools read it
+    return Configuration(job.allocator, job.kind, swa_ratio=job.w.swa_ratios[-1])
+
+
+def effective_model(job: CellJob) -> SchedulerModel:
+    """The rules the cell's run uses: its set's, the workload's base, the cap for its bytes, INHERENT."""
+    probe = _configuration(job).config(job.w.model, job.capacity, job.page_size, job.w.max_context())
+    return cell_model(job.allocator, base_model(job.w, job.model), probe)
+
+
 def run_cell(job: CellJob) -> Outcome:
     w, kind = job.w, job.kind
-    m0 = base_model(w, job.model)
-    ratio = w.swa_ratios[-1]  # the ratio preset is about its second ratio (0.1); the arena ignores it
-    c = Configuration(job.allocator, kind, swa_ratio=ratio)
-    probe = c.config(w.model, job.capacity, job.page_size, w.max_context())
-    m = cell_model(job.allocator, m0, probe)
+    c = _configuration(job)
+    m = effective_model(job)
     alloc = c.build(w.model, job.capacity, job.page_size, w.max_context(), m.state_slots)
     r = run(alloc, w.source(job.scale, job.seed), f"{job.allocator} / {job.rule_set}", m, seed=job.seed,
             cost=CostModel(preset(w.model)))
@@ -224,9 +232,18 @@ def matrix(w: Workload, capacity: int, budget: str, page_size: int = 64, seed: i
     labels, skipped = allocators_available(allocators)
     sets = rule_sets_for(w.model, rule_set_names)
     jobs = [CellJob(w, a, s, rules.RULE_SETS[s], capacity, page_size, seed, scale) for a in labels for s in sets]
-    outs = run_jobs(jobs, workers, done)
-    return Matrix(w, capacity, budget, page_size, metric_of(w), sets, labels,
-                  {(j.allocator, j.rule_set): o for j, o in zip(jobs, outs, strict=True)}, skipped)
+    # a run is deterministic in (allocator kind, rules): a cell whose rules another cell already has is that run
+    # (the arena with vLLM's accounting under vLLM's own rules is the arena's cell)
+    first: dict[tuple[str, SchedulerModel], int] = {}
+    for i, j in enumerate(jobs):
+        first.setdefault((j.kind, effective_model(j)), i)
+    unique = sorted(set(first.values()))
+    got = dict(zip(unique, run_jobs([jobs[i] for i in unique], workers, done), strict=True))
+    cells = {}
+    for j in jobs:
+        o = got[first[(j.kind, effective_model(j))]]
+        cells[(j.allocator, j.rule_set)] = o if o.config == j.allocator else replace(o, config=j.allocator)
+    return Matrix(w, capacity, budget, page_size, metric_of(w), sets, labels, cells, skipped)
 
 
 # ---- the decomposition ---------------------------------------------------------------------------------------
