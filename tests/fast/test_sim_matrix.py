@@ -116,3 +116,14 @@ def test_cli_matrix_json(capsys: pytest.CaptureFixture[str], tmp_path) -> None:
 def test_cli_matrix_usage_errors(capsys: pytest.CaptureFixture[str], argv: list[str], says: str) -> None:
     assert main(["simulate", "--quiet", *argv]) == 2
     assert says in capsys.readouterr().err
+
+
+def test_a_missing_engine_is_a_skipped_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kvarena.simulator import engines
+
+    monkeypatch.setitem(engines.ENGINES, "transformers", replace(engines.ENGINES["transformers"],
+                                                                 missing=lambda: "transformers is not installed"))
+    m = mx.matrix(workload("qwen3.5-4b-1k-256"), 4 * GiB, "test", scale=0.02,
+                  allocators=["kvarena arena", "transformers pool"], rule_set_names=["vllm"])
+    assert m.allocators == ["kvarena arena"] and m.skipped == {"transformers pool": "transformers is not installed"}
+    assert "transformers pool: skipped: transformers is not installed" in "\n".join(mx.format_matrix(m))
