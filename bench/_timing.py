@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import gc
 import random
+import resource
 from collections.abc import Callable
+
+
+def cpu_seconds() -> float:
+    """CPU seconds of this process and of its reaped children (a process pool's workers, once joined)."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 def interleave(fns: dict[str, Callable[[], float]], reps: int, rng: random.Random,

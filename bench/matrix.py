@@ -14,23 +14,18 @@ import argparse
 import datetime
 import json
 import os
-import resource
 import sys
 import time
 from pathlib import Path
 
 from _provenance import machine_line, python_line, write
+from _timing import cpu_seconds
 
 from kvarena.simulate import budget_of
 from kvarena.simulator import matrix as mx
 from kvarena.simulator.workloads import PRESET_WORKLOADS
 
 LIMIT_S = 120.0
-
-
-def _cpu() -> float:
-    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,9 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         w = PRESET_WORKLOADS[name]
         capacity, budget = budget_of(w, ns)
-        t0, c0 = time.perf_counter(), _cpu()
+        t0, c0 = time.perf_counter(), cpu_seconds()
         m = mx.matrix(w, capacity, budget, 64, 0, args.scale, args.jobs)
-        mw, mc = time.perf_counter() - t0, _cpu() - c0
+        mw, mc = time.perf_counter() - t0, cpu_seconds() - c0
         d, dw = None, 0.0
         if not args.no_decompose:
             t1 = time.perf_counter()

@@ -17,12 +17,12 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import resource
 import sys
 import time
 from pathlib import Path
 
 from _provenance import machine_line, python_line, write
+from _timing import cpu_seconds
 
 from kvarena.simulate import budget_of
 from kvarena.simulator.report import assumptions, report_json
@@ -30,12 +30,6 @@ from kvarena.simulator.simulation import real_engines, simulate
 from kvarena.simulator.workloads import PRESET_WORKLOADS
 
 LIMIT_S = 120.0
-
-
-def _cpu() -> float:
-    """CPU seconds of this process and of its reaped children (the --jobs workers)."""
-    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,10 +48,10 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for name, w in PRESET_WORKLOADS.items():
         capacity, budget = budget_of(w, argparse.Namespace(capacity_gib=None, mem_fraction=args.mem_fraction))
-        cpu0, t0 = _cpu(), time.perf_counter()
+        cpu0, t0 = cpu_seconds(), time.perf_counter()
         rep = simulate(w, capacity, budget, real=tuple(real), skipped=tuple(skipped), jobs=args.jobs)
         reports.append(rep)
-        wall, cpu = time.perf_counter() - t0, _cpu() - cpu0
+        wall, cpu = time.perf_counter() - t0, cpu_seconds() - cpu0
         per = ", ".join(f"{o.config} {o.wall_s:.1f}" for o in rep.outcomes)
         ok = "yes" if wall <= LIMIT_S else "NO"
         rows.append(f"| {name} | {len(rep.outcomes)} | {w.count():,} | {wall:.1f} | {cpu:.1f} | {ok} | {per} |")
