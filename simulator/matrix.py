@@ -21,7 +21,6 @@ and the allocator's part of the gap are each a measured number.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field, replace
 
 from kvarena.simulator import rules
@@ -29,7 +28,7 @@ from kvarena.simulator.costmodel import CostModel
 from kvarena.simulator.engines import ENGINES
 from kvarena.simulator.report import Outcome, outcome
 from kvarena.simulator.scheduler import SchedulerModel, run
-from kvarena.simulator.simulation import Configuration, _one_torch_thread, running_cap
+from kvarena.simulator.simulation import Configuration, run_local, running_cap
 from kvarena.simulator.workloads import Workload
 from kvarena.spec.layout import Kind
 from kvarena.spec.models import ArenaConfig, preset
@@ -155,30 +154,17 @@ def run_cell(job: CellJob) -> Outcome:
     return outcome(c, r, {}, ENGINES[kind].implementation, m.max_running)
 
 
-# Relative CPU cost by allocator (bench/results/simulate-*.md), to start the longest runs first.
-_COST = {"sglang-unified": 6.0, "unified": 1.5, "transformers": 1.5, "sglang-split": 1.0, "vllm-real": 1.0}
-
-
 def run_jobs(jobs: list[CellJob], workers: int, done: Callable[[CellJob, Outcome], None] | None = None
              ) -> list[Outcome]:
-    """The jobs in ``workers`` local processes (1: here), longest first; results in ``jobs``' order."""
-    if workers <= 1 or len(jobs) <= 1:
-        out = []
-        for j in jobs:
-            out.append(run_cell(j))
-            if done:
-                done(j, out[-1])
-        return out
-    order = sorted(range(len(jobs)), key=lambda i: -_COST.get(jobs[i].kind, 1.0))
-    results: dict[int, Outcome] = {}
-    with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), initializer=_one_torch_thread) as pool:
-        futures = {pool.submit(run_cell, jobs[i]): i for i in order}
-        for f in as_completed(futures):
-            i = futures[f]
-            results[i] = f.result()
-            if done:
-                done(jobs[i], results[i])
-    return [results[i] for i in range(len(jobs))]
+    """The jobs in ``workers`` local processes (simulation.run_local; 1: here), results in ``jobs``' order."""
+    if workers > 1 and len(jobs) > 1:
+        return run_local(jobs, workers, run_cell, lambda j: j.kind, done)
+    out = []
+    for j in jobs:
+        out.append(run_cell(j))
+        if done:
+            done(j, out[-1])
+    return out
 
 
 @dataclass
@@ -297,8 +283,7 @@ def decompose(w: Workload, capacity: int, page_size: int = 64, seed: int = 0, sc
     s = start if start is not None else outs["sglang"]
     alone = {g: value(outs[g], metric) for g in groups}
     path = [(g, value(outs[g if i == 0 else "+" + g], metric)) for i, g in enumerate(groups)]
-    return Decomposition(metric, value(s, metric), path[-1][1] if path else value(s, metric), alone, path,
-                         {k: o for k, o in outs.items()})
+    return Decomposition(metric, value(s, metric), path[-1][1] if path else value(s, metric), alone, path, outs)
 
 
 def cell_json(o: Outcome) -> dict:

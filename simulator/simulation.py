@@ -157,7 +157,8 @@ def run_configuration(job: _Job, progress: Callable[[str, int, int, int, int], N
 
 # Relative CPU cost of one configuration by engine kind (measured: bench/results/simulate-*.md), to start the
 # longest runs first when --jobs spreads them: SGLang's unified allocator is ~5x kvarena's split pools.
-_COST = {"sglang-unified": 6.0, "unified": 1.5, "split": 1.0, "sglang-split": 1.0, "vllm-real": 1.0, "vllm": 0.3}
+COST = {"sglang-unified": 6.0, "unified": 1.5, "transformers": 1.5, "split": 1.0, "sglang-split": 1.0,
+        "vllm-real": 1.0, "vllm": 0.3}
 
 
 def _one_torch_thread() -> None:
@@ -171,14 +172,24 @@ def _one_torch_thread() -> None:
         sys.modules["torch"].set_num_threads(1)
 
 
-def run_local(work: list[_Job], jobs: int) -> list[tuple[Outcome, dict[str, object]]]:
-    """The runs in ``jobs`` local processes, longest first (by engine kind), results in ``work``'s order."""
-    from concurrent.futures import ProcessPoolExecutor
+def run_local(work: list, jobs: int, fn: Callable | None = None,
+              kind: Callable[[object], str] = lambda j: j.c.kind,
+              done: Callable[[object, object], None] | None = None) -> list:
+    """``fn`` (default run_configuration) over ``work`` in ``jobs`` local processes, longest first (by the engine
+    kind ``kind`` names, COST), results in ``work``'s order; ``done(job, result)`` as each finishes."""
+    from concurrent.futures import ProcessPoolExecutor, as_completed
 
-    order = sorted(range(len(work)), key=lambda i: -_COST.get(work[i].c.kind, 1.0))
+    fn = fn or run_configuration
+    order = sorted(range(len(work)), key=lambda i: -COST.get(kind(work[i]), 1.0))
+    out: dict[int, object] = {}
     with ProcessPoolExecutor(max_workers=min(jobs, len(work)), initializer=_one_torch_thread) as pool:
-        futures = {i: pool.submit(run_configuration, work[i]) for i in order}
-        return [futures[i].result() for i in range(len(work))]
+        futures = {pool.submit(fn, work[i]): i for i in order}
+        for f in as_completed(futures):
+            i = futures[f]
+            out[i] = f.result()
+            if done is not None:
+                done(work[i], out[i])
+    return [out[i] for i in range(len(work))]
 
 
 class RayUnavailable(ImportError):
